@@ -1,0 +1,443 @@
+//! The execution context: identity, state, spend, item log and cancellation of one step tree.
+//!
+//! A [`Context`] is cheap to clone (an `Arc`). Children (spawn, parallel paths) get their own id, item
+//! log and state copy, sit one level deeper, and join their parent's cancellation: aborting a context
+//! aborts all its descendants, never its parent or siblings. Spend is charged to a context and all of its
+//! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{EventSink, FrameworkEvent, StreamEvent};
+use crate::harness::AgentHarness;
+use crate::item::{FunctionCallItem, Item};
+use crate::layer::ContextLayer;
+use crate::usage::{Spend, TokenUsage};
+use crate::{Error, Result};
+
+/// The deepest a context may be nested before steps refuse to run.
+pub const MAX_DEPTH: u32 = 64;
+
+/// Options for [`AgentHarness::create_context`].
+#[derive(Default, Clone)]
+#[non_exhaustive]
+pub struct ContextOptions {
+    /// Initial state (default: `{}`).
+    pub state: Option<Value>,
+    /// The session thread this context belongs to.
+    pub thread_id: Option<String>,
+    /// The resource (user, tenant) it runs for.
+    pub resource_id: Option<String>,
+    /// A parent: the new context is its child (depth + 1, joins its cancellation).
+    pub parent: Option<Context>,
+    /// Context layers (default: the harness's).
+    pub layers: Option<Vec<Arc<dyn ContextLayer>>>,
+    /// Initial item log.
+    pub items: Vec<Item>,
+    /// Where events go (default: the parent's sink, else none).
+    pub event_sink: Option<Arc<dyn EventSink>>,
+}
+
+impl ContextOptions {
+    /// Options with everything defaulted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the initial state.
+    pub fn state(mut self, state: impl Serialize) -> Self {
+        self.state = serde_json::to_value(state).ok();
+        self
+    }
+
+    /// Sets the thread id.
+    pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Sets the resource id.
+    pub fn resource_id(mut self, resource_id: impl Into<String>) -> Self {
+        self.resource_id = Some(resource_id.into());
+        self
+    }
+
+    /// Makes the context a child of `parent`.
+    pub fn parent(mut self, parent: &Context) -> Self {
+        self.parent = Some(parent.clone());
+        self
+    }
+
+    /// Sets the initial item log.
+    pub fn items(mut self, items: Vec<Item>) -> Self {
+        self.items = items;
+        self
+    }
+
+    /// Sets the context layers.
+    pub fn layers(mut self, layers: Vec<Arc<dyn ContextLayer>>) -> Self {
+        self.layers = Some(layers);
+        self
+    }
+
+    /// Sends this context's events (and its children's) to `sink`.
+    pub fn event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.event_sink = Some(sink);
+        self
+    }
+}
+
+impl std::fmt::Debug for ContextOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextOptions")
+            .field("thread_id", &self.thread_id)
+            .field("resource_id", &self.resource_id)
+            .field("parent", &self.parent.as_ref().map(Context::id))
+            .field("items", &self.items.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the last `call_model` step of a context produced, beyond its output value.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StepMeta {
+    /// Every function call the model made, across all rounds of the step.
+    pub tool_calls: Vec<FunctionCallItem>,
+    /// Whether the step's final response still had function calls (only when it hit a limit).
+    pub ended_with_tool_calls: bool,
+    /// Tokens the step used (all rounds, discarded ones included).
+    pub usage: TokenUsage,
+    /// Cost the step incurred, when reported.
+    pub cost: Option<f64>,
+    /// The items the step appended (model outputs and tool outputs), in order.
+    pub response_items: Vec<Item>,
+}
+
+/// An execution context. See the module docs.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+struct ContextInner {
+    id: String,
+    parent: Option<Context>,
+    depth: u32,
+    harness: AgentHarness,
+    thread_id: Option<String>,
+    resource_id: Option<String>,
+    state: Mutex<Value>,
+    spend: Mutex<Spend>,
+    step_count: AtomicU64,
+    items: Mutex<Vec<Item>>,
+    last_step_meta: Mutex<Option<StepMeta>>,
+    cancel: CancellationToken,
+    abort_reason: OnceLock<Option<String>>,
+    sink: Option<Arc<dyn EventSink>>,
+    layers: Arc<[Arc<dyn ContextLayer>]>,
+    started: Instant,
+}
+
+/// What a child context inherits or replaces; used by spawn and parallel paths.
+pub(crate) struct ChildSpec {
+    pub(crate) items: Vec<Item>,
+    pub(crate) layers: Option<Arc<[Arc<dyn ContextLayer>]>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave the data half-written (every critical
+    // section is a single assignment or push), so a poisoned lock is still safe to use.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Context {
+    pub(crate) fn new(harness: AgentHarness, options: ContextOptions) -> Self {
+        let ContextOptions {
+            state,
+            thread_id,
+            resource_id,
+            parent,
+            layers,
+            items,
+            event_sink,
+        } = options;
+        let (depth, cancel, sink, inherited_layers) = match &parent {
+            Some(parent) => (
+                parent.depth() + 1,
+                parent.inner.cancel.child_token(),
+                event_sink.or_else(|| parent.inner.sink.clone()),
+                Some(parent.inner.layers.clone()),
+            ),
+            None => (0, CancellationToken::new(), event_sink, None),
+        };
+        let layers = match layers {
+            Some(layers) => layers.into(),
+            None => inherited_layers.unwrap_or_else(|| harness.layers()),
+        };
+        Context {
+            inner: Arc::new(ContextInner {
+                id: uuid::Uuid::new_v4().to_string(),
+                thread_id: thread_id
+                    .or_else(|| parent.as_ref().and_then(|p| p.inner.thread_id.clone())),
+                resource_id: resource_id
+                    .or_else(|| parent.as_ref().and_then(|p| p.inner.resource_id.clone())),
+                parent,
+                depth,
+                harness,
+                state: Mutex::new(state.unwrap_or_else(|| Value::Object(Default::default()))),
+                spend: Mutex::new(Spend::default()),
+                step_count: AtomicU64::new(0),
+                items: Mutex::new(items),
+                last_step_meta: Mutex::new(None),
+                cancel,
+                abort_reason: OnceLock::new(),
+                sink,
+                layers,
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// A child for spawn or a parallel path: fresh id, depth + 1, a copy of the state, the given items.
+    pub(crate) fn child(&self, spec: ChildSpec) -> Context {
+        let inner = &self.inner;
+        Context {
+            inner: Arc::new(ContextInner {
+                id: uuid::Uuid::new_v4().to_string(),
+                parent: Some(self.clone()),
+                depth: inner.depth + 1,
+                harness: inner.harness.clone(),
+                thread_id: inner.thread_id.clone(),
+                resource_id: inner.resource_id.clone(),
+                state: Mutex::new(self.state()),
+                spend: Mutex::new(Spend::default()),
+                step_count: AtomicU64::new(0),
+                items: Mutex::new(spec.items),
+                last_step_meta: Mutex::new(None),
+                cancel: inner.cancel.child_token(),
+                abort_reason: OnceLock::new(),
+                sink: inner.sink.clone(),
+                layers: spec.layers.unwrap_or_else(|| inner.layers.clone()),
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// This context's unique id (the execution id of a root).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The parent context, for children.
+    pub fn parent(&self) -> Option<&Context> {
+        self.inner.parent.as_ref()
+    }
+
+    /// Nesting depth: 0 for a root.
+    pub fn depth(&self) -> u32 {
+        self.inner.depth
+    }
+
+    /// The harness that created this context.
+    pub fn harness(&self) -> &AgentHarness {
+        &self.inner.harness
+    }
+
+    /// The session thread, when set.
+    pub fn thread_id(&self) -> Option<&str> {
+        self.inner.thread_id.as_deref()
+    }
+
+    /// The resource id, when set.
+    pub fn resource_id(&self) -> Option<&str> {
+        self.inner.resource_id.as_deref()
+    }
+
+    /// How long ago the context was created.
+    pub fn elapsed(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// A copy of the state.
+    pub fn state(&self) -> Value {
+        lock(&self.inner.state).clone()
+    }
+
+    /// The state as a typed value.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the state does not deserialize into `T`.
+    pub fn state_as<T: DeserializeOwned>(&self) -> Result<T> {
+        T::deserialize(&*lock(&self.inner.state)).map_err(|source| Error::InvalidArgument {
+            argument: "state",
+            message: source.to_string(),
+        })
+    }
+
+    /// Replaces the state.
+    pub fn set_state(&self, state: Value) {
+        *lock(&self.inner.state) = state;
+    }
+
+    /// Changes the state in place.
+    pub fn update_state<R>(&self, update: impl FnOnce(&mut Value) -> R) -> R {
+        update(&mut lock(&self.inner.state))
+    }
+
+    /// Tokens used by this context and its descendants.
+    pub fn tokens(&self) -> TokenUsage {
+        lock(&self.inner.spend).usage
+    }
+
+    /// Cost (USD) incurred by this context and its descendants, when any was reported.
+    pub fn cost(&self) -> Option<f64> {
+        lock(&self.inner.spend).cost
+    }
+
+    /// Tokens and cost together.
+    pub fn spend(&self) -> Spend {
+        *lock(&self.inner.spend)
+    }
+
+    /// Charges spend to this context and every ancestor.
+    pub fn charge(&self, spend: Spend) {
+        let mut current = Some(self);
+        while let Some(context) = current {
+            *lock(&context.inner.spend) += spend;
+            current = context.parent();
+        }
+    }
+
+    /// Steps run on this context so far (composites included).
+    pub fn step_count(&self) -> u64 {
+        self.inner.step_count.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_step(&self) {
+        self.inner.step_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A snapshot of the item log.
+    pub fn items(&self) -> Vec<Item> {
+        lock(&self.inner.items).clone()
+    }
+
+    /// The number of items in the log.
+    pub fn item_count(&self) -> usize {
+        lock(&self.inner.items).len()
+    }
+
+    /// Appends an item to the log and emits `item_appended`.
+    pub fn append_item(&self, item: Item) {
+        if self.inner.sink.is_some() {
+            self.emit(FrameworkEvent::ItemAppended { item: item.clone() });
+        }
+        lock(&self.inner.items).push(item);
+    }
+
+    /// What the last `call_model` step produced.
+    pub fn last_step_meta(&self) -> Option<StepMeta> {
+        lock(&self.inner.last_step_meta).clone()
+    }
+
+    pub(crate) fn with_last_step_meta<R>(&self, read: impl FnOnce(Option<&StepMeta>) -> R) -> R {
+        read(lock(&self.inner.last_step_meta).as_ref())
+    }
+
+    pub(crate) fn set_last_step_meta(&self, meta: StepMeta) {
+        *lock(&self.inner.last_step_meta) = Some(meta);
+    }
+
+    /// Aborts this context and all its descendants. The first reason wins. Synchronous.
+    pub fn abort(&self, reason: Option<String>) {
+        let _ = self.inner.abort_reason.set(reason);
+        self.inner.cancel.cancel();
+    }
+
+    /// Whether this context (or an ancestor) was aborted.
+    pub fn aborted(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// The abort reason: this context's own, else the nearest aborted ancestor's.
+    pub fn abort_reason(&self) -> Option<String> {
+        let mut current = Some(self);
+        while let Some(context) = current {
+            if let Some(reason) = context.inner.abort_reason.get() {
+                return reason.clone();
+            }
+            current = context.parent();
+        }
+        None
+    }
+
+    /// A token that is cancelled when this context is aborted.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Resolves when the context is aborted.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await
+    }
+
+    /// `Err(Cancelled)` when aborted.
+    ///
+    /// # Errors
+    /// [`Error::Cancelled`] with the abort reason.
+    pub fn check_aborted(&self) -> Result<()> {
+        if self.aborted() {
+            Err(Error::cancelled(self.abort_reason()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The context's layers, in order.
+    pub fn layers(&self) -> &[Arc<dyn ContextLayer>] {
+        &self.inner.layers
+    }
+
+    /// Whether anything listens to this context's events.
+    pub fn has_event_sink(&self) -> bool {
+        self.inner.sink.is_some()
+    }
+
+    /// Emits a framework event, when a sink is attached.
+    pub fn emit(&self, event: FrameworkEvent) {
+        if let Some(sink) = &self.inner.sink {
+            sink.emit(StreamEvent::Framework(event));
+        }
+    }
+
+    /// Emits a stream event, when a sink is attached.
+    pub fn emit_stream(&self, event: StreamEvent) {
+        if let Some(sink) = &self.inner.sink {
+            sink.emit(event);
+        }
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("id", &self.inner.id)
+            .field("depth", &self.inner.depth)
+            .field("thread_id", &self.inner.thread_id)
+            .field("step_count", &self.step_count())
+            .field("aborted", &self.aborted())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,529 @@
+//! The one error type of `noetic-core`, with stable codes.
+//!
+//! Every variant maps to a `SCREAMING_SNAKE` code through [`Error::code`]. Codes are part of the public
+//! API: they are listed in `docs/errors.md` (generated from [`CODES`] by `cargo xtask codegen`) and are
+//! never renamed or reused.
+
+use std::time::Duration;
+
+use crate::model::ResponseStatus;
+
+/// A boxed error from user code or an adapter.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every stable error code with a one-line meaning.
+///
+/// `cargo xtask codegen` renders this table into `docs/errors.md`; a test fails when the two differ, and
+/// another when [`Error::code`] returns a code missing from it. Keep one entry per line in the form
+/// `("CODE", "meaning"),`: xtask reads this source text.
+pub const CODES: &[(&str, &str)] = &[
+    (
+        "NO_STEP_CONFIGURED",
+        "`execute()` was called on a harness built without an agent graph.",
+    ),
+    (
+        "NO_LLM_PROVIDER",
+        "A model call found no provider for its model; the hint names the env var to set.",
+    ),
+    ("MISSING_MODEL", "A `call_model` step has a blank model id."),
+    (
+        "INVALID_STEP",
+        "A step graph is malformed (blank step id, empty loop or sequence body).",
+    ),
+    (
+        "STEP_FAILED",
+        "A step failed: user code returned an error, retries ran out, depth or iteration limits were hit, a timeout expired or its input did not deserialize.",
+    ),
+    (
+        "MODEL_PARSE_ERROR",
+        "Structured output: the model's final text is not valid JSON for the requested type.",
+    ),
+    (
+        "MODEL_CALL_FAILED",
+        "A model response stayed incomplete, failed or empty after the recovery rounds.",
+    ),
+    (
+        "TOOL_ROUND_LIMIT",
+        "The model kept calling tools past 32 rounds and the 3 recovery rounds.",
+    ),
+    (
+        "PROVIDER_ERROR",
+        "The provider refused the request or broke the stream (HTTP status and message included).",
+    ),
+    (
+        "MODEL_STREAM_STALLED",
+        "No stream event arrived within the idle timeout of a model round.",
+    ),
+    (
+        "FORK_PARTIAL",
+        "An `in_parallel` step in `all` mode had a failing path, or every `race` path failed.",
+    ),
+    (
+        "CHANNEL_TIMEOUT",
+        "A channel `recv` or parked `send` timed out.",
+    ),
+    (
+        "CHANNEL_CLOSED",
+        "A channel was used after its execution ended.",
+    ),
+    (
+        "CANCELLED",
+        "The context was cancelled (abort, cancel, or a cancelled parent).",
+    ),
+    (
+        "BUDGET_EXCEEDED",
+        "A cost, token or step budget was exceeded.",
+    ),
+    (
+        "STEERING_DENIED",
+        "A context layer denied the model's response.",
+    ),
+    (
+        "HANDLE_EVICTED",
+        "A detached handle's child process vanished.",
+    ),
+    (
+        "ITEM_SCHEMA_MISMATCH",
+        "An item did not match the expected schema (named by category and type).",
+    ),
+    (
+        "CONNECTION_UNSATISFIED",
+        "A step needs an operation that a named connection lacks.",
+    ),
+    (
+        "CHECKPOINT_SCHEMA_MISMATCH",
+        "A stored checkpoint has an unknown schema version.",
+    ),
+    (
+        "STEP_LEDGER_RETENTION_INVALID",
+        "The step-ledger retention caps are invalid.",
+    ),
+    (
+        "WORKFLOW_INVALID",
+        "A JSON workflow document failed validation (the path names the offending node).",
+    ),
+    (
+        "STORAGE_ERROR",
+        "A storage adapter failed or returned a corrupt row.",
+    ),
+    (
+        "LEASE_LOST",
+        "Another harness took over this thread's session lease.",
+    ),
+    (
+        "INVALID_ARGUMENT",
+        "An API was called with an invalid argument (named in the message).",
+    ),
+];
+
+/// The error type of `noetic-core`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `execute()` without an agent graph.
+    #[error("no agent graph configured: build the harness with `.agent_graph(step)`")]
+    NoStepConfigured,
+
+    /// No provider could serve a model call.
+    #[error("no model provider `{provider}` for model `{model}`: {hint}")]
+    NoLlmProvider {
+        /// The provider name that was looked up.
+        provider: String,
+        /// The model id of the call.
+        model: String,
+        /// What to do about it (names the env var that carries the key).
+        hint: String,
+    },
+
+    /// A `call_model` step has a blank model.
+    #[error("step `{step_id}` has no model: set `.model(\"vendor/model\")`")]
+    MissingModel {
+        /// The step's id.
+        step_id: String,
+    },
+
+    /// The step graph is malformed.
+    #[error("invalid step `{step_id}`: {problem}")]
+    InvalidStep {
+        /// The offending step's id (may be empty when the id itself is the problem).
+        step_id: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+
+    /// A step failed.
+    #[error("step `{step_id}` failed: {cause}")]
+    StepFailed {
+        /// The failing step's id.
+        step_id: String,
+        /// Why it failed.
+        cause: StepFailure,
+    },
+
+    /// Structured output did not parse.
+    #[error(
+        "step `{step_id}`: model output is not valid for the output type: {message} (raw: {raw:?})"
+    )]
+    ModelParseError {
+        /// The `call_model` step's id.
+        step_id: String,
+        /// The model's raw final text.
+        raw: String,
+        /// The parse or validation message.
+        message: String,
+    },
+
+    /// The model's responses stayed unusable after the recovery rounds.
+    #[error(
+        "step `{step_id}`: model call failed in round {round} with status {status:?}: {message}"
+    )]
+    ModelCallFailed {
+        /// The `call_model` step's id.
+        step_id: String,
+        /// The 0-based round of the last failure.
+        round: u32,
+        /// The last response's terminal status.
+        status: ResponseStatus,
+        /// The provider's message or the incomplete reason.
+        message: String,
+    },
+
+    /// Too many tool rounds.
+    #[error("step `{step_id}`: model exceeded maximum tool rounds ({max_rounds})")]
+    ToolRoundLimit {
+        /// The `call_model` step's id.
+        step_id: String,
+        /// The cap (32).
+        max_rounds: u32,
+    },
+
+    /// The provider refused a request or broke the stream.
+    #[error("provider `{provider}` error{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+    Provider {
+        /// The provider's name.
+        provider: String,
+        /// The HTTP status, when there was one.
+        status: Option<u16>,
+        /// The provider's message (never contains credentials).
+        message: String,
+        /// The 0-based round the error happened in, when known.
+        round: Option<u32>,
+    },
+
+    /// The stream idle watchdog fired.
+    #[error("model stream idle timeout after {idle_timeout_ms}ms")]
+    ModelStreamStalled {
+        /// The 0-based round.
+        round: u32,
+        /// The idle timeout that expired, in milliseconds.
+        idle_timeout_ms: u64,
+    },
+
+    /// Parallel paths failed.
+    #[error("step `{step_id}`: {} of {} parallel paths failed", failed.len(), failed.len() + succeeded.len())]
+    ForkPartial {
+        /// The `in_parallel` step's id.
+        step_id: String,
+        /// Indexes of paths that succeeded.
+        succeeded: Vec<usize>,
+        /// Indexes of failed paths with their errors.
+        failed: Vec<(usize, Box<Error>)>,
+    },
+
+    /// A channel operation timed out.
+    #[error("channel `{channel}` timed out after {timeout:?}")]
+    ChannelTimeout {
+        /// The channel's name.
+        channel: String,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+
+    /// A channel was closed.
+    #[error("channel `{channel}` is closed")]
+    ChannelClosed {
+        /// The channel's name.
+        channel: String,
+    },
+
+    /// The context was cancelled.
+    #[error("cancelled{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Cancelled {
+        /// The abort reason, when one was given.
+        reason: Option<String>,
+    },
+
+    /// A budget was exceeded.
+    #[error("budget exceeded: {field} is {actual}, limit {limit}")]
+    BudgetExceeded {
+        /// Which budget (`cost`, `tokens`, `steps`).
+        field: &'static str,
+        /// The limit.
+        limit: f64,
+        /// The value reached.
+        actual: f64,
+    },
+
+    /// A layer denied the model's response.
+    #[error("steering denied{}", guidance.as_deref().map(|g| format!(": {g}")).unwrap_or_default())]
+    SteeringDenied {
+        /// The layer's guidance.
+        guidance: Option<String>,
+    },
+
+    /// A detached handle's child vanished.
+    #[error("handle `{handle_id}` was evicted")]
+    HandleEvicted {
+        /// The handle's id.
+        handle_id: String,
+    },
+
+    /// An item did not match its schema.
+    #[error("{category} item{} does not match its schema: {message}", item_type.as_deref().map(|t| format!(" of type `{t}`")).unwrap_or_default())]
+    ItemSchemaMismatch {
+        /// Where the item came from (`input`, `output`, `tool_result`, `stored`).
+        category: &'static str,
+        /// The item's `type`, when it had one.
+        item_type: Option<String>,
+        /// The parse message.
+        message: String,
+    },
+
+    /// A connection lacks an operation a step needs.
+    #[error("connection `{connection}` lacks operation `{operation}`")]
+    ConnectionUnsatisfied {
+        /// The connection's name.
+        connection: String,
+        /// The missing operation.
+        operation: String,
+    },
+
+    /// A checkpoint has an unknown schema version.
+    #[error("checkpoint schema version {found} is not supported (expected {expected})")]
+    CheckpointSchemaMismatch {
+        /// The version found in storage.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+
+    /// Step-ledger retention caps are invalid.
+    #[error("step ledger retention `{field}` must be at least 1, got {value}")]
+    StepLedgerRetentionInvalid {
+        /// The offending field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
+
+    /// A workflow document is invalid.
+    #[error("workflow invalid at `{path}`: {message}")]
+    WorkflowInvalid {
+        /// JSON pointer of the offending node.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A storage adapter failed.
+    #[error("storage error in `{operation}` of `{key}`: {source}")]
+    Storage {
+        /// The operation (`get`, `set`, …).
+        operation: &'static str,
+        /// The key involved.
+        key: String,
+        /// The adapter's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The session lease was taken over.
+    #[error("lease on thread `{thread_id}` lost (epoch {epoch})")]
+    LeaseLost {
+        /// The thread.
+        thread_id: String,
+        /// Our epoch, now fenced.
+        epoch: u64,
+    },
+
+    /// An API was called with an invalid argument.
+    #[error("invalid argument `{argument}`: {message}")]
+    InvalidArgument {
+        /// The argument's name.
+        argument: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// An error from an adapter crate, carrying that crate's own stable code.
+    #[error("{code}: {source}")]
+    Adapter {
+        /// The adapter's stable code.
+        code: &'static str,
+        /// The adapter's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Why a step failed (the cause inside [`Error::StepFailed`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepFailure {
+    /// The context is already at the maximum depth.
+    #[error("maximum step depth {limit} exceeded")]
+    DepthLimit {
+        /// The limit (64).
+        limit: u32,
+    },
+    /// User code returned an error.
+    #[error("{source} (after {attempts} attempt{})", if *attempts == 1 { "" } else { "s" })]
+    Error {
+        /// The error.
+        #[source]
+        source: BoxError,
+        /// How many attempts ran.
+        attempts: u32,
+        /// Whether a retry policy with more than one attempt ran out.
+        retries_exhausted: bool,
+    },
+    /// A loop ran past its iteration cap.
+    #[error("loop exceeded maximum iterations ({max_iterations})")]
+    MaxIterations {
+        /// The cap.
+        max_iterations: u32,
+    },
+    /// A loop's iteration cap is zero.
+    #[error("loop max_iterations must be at least 1")]
+    InvalidMaxIterations,
+    /// A loop stopped before any iteration produced output.
+    #[error("loop stopped without output")]
+    NoOutput,
+    /// The step's input (or its output) did not convert to the step's type.
+    #[error("{direction} does not match the step's type: {message}")]
+    TypeMismatch {
+        /// `input` or `output`.
+        direction: &'static str,
+        /// The serde message.
+        message: String,
+    },
+    /// A spawn's timeout expired.
+    #[error("timed out after {after:?}")]
+    Timeout {
+        /// The timeout.
+        after: Duration,
+    },
+    /// A tool invoked by `invoke_tool` rejected its arguments or failed.
+    #[error("tool `{tool}`: {message}")]
+    Tool {
+        /// The tool's name.
+        tool: String,
+        /// The validation or execution message.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The stable code of this error, listed in `docs/errors.md`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NoStepConfigured => "NO_STEP_CONFIGURED",
+            Error::NoLlmProvider { .. } => "NO_LLM_PROVIDER",
+            Error::MissingModel { .. } => "MISSING_MODEL",
+            Error::InvalidStep { .. } => "INVALID_STEP",
+            Error::StepFailed { .. } => "STEP_FAILED",
+            Error::ModelParseError { .. } => "MODEL_PARSE_ERROR",
+            Error::ModelCallFailed { .. } => "MODEL_CALL_FAILED",
+            Error::ToolRoundLimit { .. } => "TOOL_ROUND_LIMIT",
+            Error::Provider { .. } => "PROVIDER_ERROR",
+            Error::ModelStreamStalled { .. } => "MODEL_STREAM_STALLED",
+            Error::ForkPartial { .. } => "FORK_PARTIAL",
+            Error::ChannelTimeout { .. } => "CHANNEL_TIMEOUT",
+            Error::ChannelClosed { .. } => "CHANNEL_CLOSED",
+            Error::Cancelled { .. } => "CANCELLED",
+            Error::BudgetExceeded { .. } => "BUDGET_EXCEEDED",
+            Error::SteeringDenied { .. } => "STEERING_DENIED",
+            Error::HandleEvicted { .. } => "HANDLE_EVICTED",
+            Error::ItemSchemaMismatch { .. } => "ITEM_SCHEMA_MISMATCH",
+            Error::ConnectionUnsatisfied { .. } => "CONNECTION_UNSATISFIED",
+            Error::CheckpointSchemaMismatch { .. } => "CHECKPOINT_SCHEMA_MISMATCH",
+            Error::StepLedgerRetentionInvalid { .. } => "STEP_LEDGER_RETENTION_INVALID",
+            Error::WorkflowInvalid { .. } => "WORKFLOW_INVALID",
+            Error::Storage { .. } => "STORAGE_ERROR",
+            Error::LeaseLost { .. } => "LEASE_LOST",
+            Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            Error::Adapter { code, .. } => code,
+        }
+    }
+
+    /// Whether this is [`Error::Cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled { .. })
+    }
+
+    /// A cancellation error with an optional reason.
+    pub fn cancelled(reason: Option<String>) -> Self {
+        Error::Cancelled { reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_is_listed_once() {
+        let samples = [
+            Error::NoStepConfigured,
+            Error::Cancelled { reason: None },
+            Error::Adapter {
+                code: "X",
+                source: "y".into(),
+            },
+        ];
+        for sample in &samples[..2] {
+            assert!(CODES.iter().any(|(code, _)| *code == sample.code()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (code, meaning) in CODES {
+            assert!(seen.insert(*code), "duplicate code {code}");
+            assert!(!meaning.is_empty());
+            assert!(
+                code.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_code_arm_is_in_the_table() {
+        // Read our own source: every string literal returned by `code()` must be listed in CODES.
+        let source = include_str!("error.rs");
+        let body = source
+            .split("pub fn code(&self)")
+            .nth(1)
+            .expect("code() present");
+        let body = body
+            .split("pub fn is_cancelled")
+            .next()
+            .expect("end of code()");
+        let mut count = 0;
+        for line in body.lines() {
+            if let Some(code) = line
+                .split("=> \"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+            {
+                count += 1;
+                assert!(
+                    CODES.iter().any(|(listed, _)| *listed == code),
+                    "{code} missing from CODES"
+                );
+            }
+        }
+        assert_eq!(count, CODES.len(), "every CODES entry has a variant");
+    }
+}

@@ -1,0 +1,369 @@
+//! The [`AgentHarness`]: holds the agent graph, providers, tools, layers and hooks, creates contexts
+//! and runs step trees on them.
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+use crate::context::{Context, ContextOptions};
+use crate::layer::ContextLayer;
+use crate::model::ModelProvider;
+use crate::step::{Step, StepRef, decode, encode, execute};
+use crate::tool::Tool;
+use crate::{Error, Result};
+
+/// The default stream idle timeout of a model round.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The execution engine. Cheap to clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct AgentHarness {
+    inner: Arc<HarnessInner>,
+}
+
+struct HarnessInner {
+    name: String,
+    agent_graph: Option<Arc<crate::step::StepNode>>,
+    params: Arc<dyn Any + Send + Sync>,
+    providers: Vec<(String, Arc<dyn ModelProvider>)>,
+    defaults: CallModelDefaults,
+    hooks: AgentHooks,
+    tools: Vec<Tool>,
+    layers: Arc<[Arc<dyn ContextLayer>]>,
+}
+
+/// Defaults for every `call_model` step of a harness.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CallModelDefaults {
+    /// The provider name to use (default: the only registered provider, else `openrouter`).
+    pub provider: Option<String>,
+    /// The stream idle timeout of each round (default 120 s).
+    pub idle_timeout: Duration,
+}
+
+impl Default for CallModelDefaults {
+    fn default() -> Self {
+        CallModelDefaults {
+            provider: None,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+impl CallModelDefaults {
+    /// Defaults with the given provider.
+    pub fn provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = Some(provider.into());
+        self
+    }
+
+    /// Defaults with the given idle timeout.
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
+    }
+}
+
+type BeforeStep = dyn Fn(StepRef, Context) -> BoxFuture<'static, ()> + Send + Sync;
+type AfterStep = dyn Fn(StepRef, Value, Context) -> BoxFuture<'static, ()> + Send + Sync;
+
+/// Hooks called around every step: `before_step` after the step is counted and before `step_started`,
+/// `after_step` with the step's output after `step_completed`.
+#[derive(Clone, Default)]
+pub struct AgentHooks {
+    pub(crate) before_step: Option<Arc<BeforeStep>>,
+    pub(crate) after_step: Option<Arc<AfterStep>>,
+}
+
+impl AgentHooks {
+    /// No hooks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the hook called before each step.
+    pub fn before_step<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(StepRef, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.before_step = Some(Arc::new(move |step, ctx| Box::pin(hook(step, ctx))));
+        self
+    }
+
+    /// Sets the hook called after each successful step, with its output.
+    pub fn after_step<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(StepRef, Value, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.after_step = Some(Arc::new(move |step, output, ctx| {
+            Box::pin(hook(step, output, ctx))
+        }));
+        self
+    }
+}
+
+impl std::fmt::Debug for AgentHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHooks")
+            .field("before_step", &self.before_step.is_some())
+            .field("after_step", &self.after_step.is_some())
+            .finish()
+    }
+}
+
+/// Builds an [`AgentHarness`]; see [`AgentHarness::builder`].
+#[must_use = "call .build() to get the harness"]
+pub struct AgentHarnessBuilder {
+    name: String,
+    agent_graph: Option<Arc<crate::step::StepNode>>,
+    params: Arc<dyn Any + Send + Sync>,
+    providers: Vec<(String, Arc<dyn ModelProvider>)>,
+    defaults: CallModelDefaults,
+    hooks: AgentHooks,
+    tools: Vec<Tool>,
+    layers: Vec<Arc<dyn ContextLayer>>,
+}
+
+impl AgentHarness {
+    /// Starts building a harness called `name` (the prefix of its framework events).
+    ///
+    /// # Examples
+    /// ```
+    /// use noetic_core::{AgentHarness, ContextOptions, run_code, Context};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let harness = AgentHarness::builder("calc").build()?;
+    /// let double = run_code("double", |n: i64, _: Context| async move { Ok::<_, std::convert::Infallible>(n * 2) }).build();
+    /// let ctx = harness.create_context(ContextOptions::default());
+    /// assert_eq!(harness.run(&double, 21, &ctx).await?, 42);
+    /// # Ok::<(), noetic_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn builder(name: impl Into<String>) -> AgentHarnessBuilder {
+        AgentHarnessBuilder {
+            name: name.into(),
+            agent_graph: None,
+            params: Arc::new(()),
+            providers: Vec::new(),
+            defaults: CallModelDefaults::default(),
+            hooks: AgentHooks::default(),
+            tools: Vec::new(),
+            layers: Vec::new(),
+        }
+    }
+
+    /// The harness's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The typed params given to the builder, when they are a `P`.
+    pub fn params<P: Any + Send + Sync>(&self) -> Option<&P> {
+        self.inner.params.downcast_ref::<P>()
+    }
+
+    /// The agent graph, when one was configured.
+    ///
+    /// # Errors
+    /// [`Error::NoStepConfigured`] when none was.
+    pub fn agent_graph<I, O>(&self) -> Result<Step<I, O>> {
+        self.inner
+            .agent_graph
+            .as_ref()
+            .map(|node| Step::from_arc(node.clone()))
+            .ok_or(Error::NoStepConfigured)
+    }
+
+    /// A new root context (or a child, with `options.parent`).
+    pub fn create_context(&self, options: ContextOptions) -> Context {
+        Context::new(self.clone(), options)
+    }
+
+    /// Runs a step tree on `ctx` and returns its output.
+    ///
+    /// # Errors
+    /// The step's error; [`Error::InvalidStep`] or [`Error::MissingModel`] before anything runs when the
+    /// tree is malformed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the tree at its current await point; spend already charged stays on the
+    /// context. Abort the context instead to let steps observe `CANCELLED`.
+    pub async fn run<I: Serialize, O: DeserializeOwned>(
+        &self,
+        step: &Step<I, O>,
+        input: I,
+        ctx: &Context,
+    ) -> Result<O> {
+        step.validate()?;
+        let input = encode(step.id(), "input", input)?;
+        let output = execute(&step.node, input, false, ctx).await?;
+        decode(step.id(), "output", output)
+    }
+
+    /// The harness-wide tools (offered to every `call_model` after the step's own).
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.tools
+    }
+
+    /// The `call_model` defaults.
+    pub fn call_model_defaults(&self) -> &CallModelDefaults {
+        &self.inner.defaults
+    }
+
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        self.inner.defaults.idle_timeout
+    }
+
+    pub(crate) fn hooks(&self) -> &AgentHooks {
+        &self.inner.hooks
+    }
+
+    pub(crate) fn layers(&self) -> Arc<[Arc<dyn ContextLayer>]> {
+        self.inner.layers.clone()
+    }
+
+    /// Finds the provider for a model call: the step's choice, else the harness default, else the only
+    /// registered provider, else `openrouter`.
+    ///
+    /// # Errors
+    /// [`Error::NoLlmProvider`], with a hint naming the env var that would configure it.
+    pub fn resolve_provider(
+        &self,
+        step_provider: Option<&str>,
+        model: &str,
+    ) -> Result<(String, Arc<dyn ModelProvider>)> {
+        let providers = &self.inner.providers;
+        let name = match step_provider.or(self.inner.defaults.provider.as_deref()) {
+            Some(name) => name,
+            None if providers.len() == 1 => providers[0].0.as_str(),
+            None => "openrouter",
+        };
+        match providers.iter().find(|(registered, _)| registered == name) {
+            Some((name, provider)) => Ok((name.clone(), provider.clone())),
+            None => Err(Error::NoLlmProvider {
+                provider: name.to_owned(),
+                model: model.to_owned(),
+                hint: provider_hint(name),
+            }),
+        }
+    }
+}
+
+fn provider_hint(name: &str) -> String {
+    match name {
+        "openrouter" => "set OPENROUTER_API_KEY and register `OpenRouter::from_env()?` with `.provider(\"openrouter\", …)`".to_owned(),
+        "openai" => "set OPENAI_API_KEY and register `OpenAI::from_env()?` with `.provider(\"openai\", …)`".to_owned(),
+        other => format!("register a provider named `{other}` with `.provider(\"{other}\", …)`"),
+    }
+}
+
+impl std::fmt::Debug for AgentHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHarness")
+            .field("name", &self.inner.name)
+            .field(
+                "providers",
+                &self
+                    .inner
+                    .providers
+                    .iter()
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("tools", &self.inner.tools.len())
+            .field("layers", &self.inner.layers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentHarnessBuilder {
+    /// The agent graph that `execute()` runs.
+    pub fn agent_graph<I, O>(mut self, step: impl Into<Step<I, O>>) -> Self {
+        self.agent_graph = Some(step.into().node);
+        self
+    }
+
+    /// Typed params, readable by steps and tools through `ctx.harness().params::<P>()`.
+    pub fn params<P: Any + Send + Sync>(mut self, params: P) -> Self {
+        self.params = Arc::new(params);
+        self
+    }
+
+    /// Registers a model provider under `name`.
+    pub fn provider(mut self, name: impl Into<String>, provider: impl ModelProvider) -> Self {
+        let name = name.into();
+        self.providers.retain(|(registered, _)| *registered != name);
+        self.providers.push((name, Arc::new(provider)));
+        self
+    }
+
+    /// Defaults for every `call_model`.
+    pub fn call_model_defaults(mut self, defaults: CallModelDefaults) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// The stream idle timeout of each model round (default 120 s).
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.defaults.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// Hooks around every step.
+    pub fn hooks(mut self, hooks: AgentHooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// A tool offered to every `call_model`.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Context layers of every context this harness creates.
+    pub fn context_layers(
+        mut self,
+        layers: impl IntoIterator<Item = Arc<dyn ContextLayer>>,
+    ) -> Self {
+        self.layers.extend(layers);
+        self
+    }
+
+    /// Builds the harness.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStep`] or [`Error::MissingModel`] when the agent graph is malformed.
+    pub fn build(self) -> Result<AgentHarness> {
+        if let Some(graph) = &self.agent_graph {
+            graph.validate()?;
+        }
+        Ok(AgentHarness {
+            inner: Arc::new(HarnessInner {
+                name: self.name,
+                agent_graph: self.agent_graph,
+                params: self.params,
+                providers: self.providers,
+                defaults: self.defaults,
+                hooks: self.hooks,
+                tools: self.tools,
+                layers: self.layers.into(),
+            }),
+        })
+    }
+}
+
+impl std::fmt::Debug for AgentHarnessBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHarnessBuilder")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}

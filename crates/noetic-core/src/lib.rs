@@ -1,0 +1,62 @@
+//! # noetic-core
+//!
+//! The core of the noetic agent harness: the item model, typed composable steps and their interpreter,
+//! tools, contexts, the model-provider seam, and the [`AgentHarness`].
+//!
+//! A developer composes an agent from small typed steps — typically a [`loop_step`] around a
+//! [`call_model`] with [`Tool`]s — and runs it with [`AgentHarness::run`] on a [`Context`]. Providers
+//! (OpenRouter, OpenAI, any OpenResponses or Chat Completions server) live in `noetic-providers` and plug
+//! in through the [`ModelProvider`] trait; this crate does no network or file IO of its own.
+//!
+//! ```
+//! use noetic_core::{AgentHarness, ContextOptions, loop_step, run_code, until, Context};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let count = loop_step("count")
+//!     .step(run_code("inc", |n: u32, _: Context| async move { Ok::<_, std::convert::Infallible>(n + 1) }))
+//!     .until(until::max_steps(3))
+//!     .build();
+//! let harness = AgentHarness::builder("counter").build()?;
+//! let ctx = harness.create_context(ContextOptions::default());
+//! assert_eq!(harness.run(&count, 0, &ctx).await?, 3);
+//! # Ok::<(), noetic_core::Error>(())
+//! # }).unwrap();
+//! ```
+#![warn(missing_docs)]
+
+mod context;
+mod error;
+mod event;
+mod harness;
+pub mod item;
+pub mod layer;
+pub mod model;
+mod step;
+mod tool;
+pub mod until;
+mod usage;
+
+pub use context::{Context, ContextOptions, MAX_DEPTH, StepMeta};
+pub use error::{BoxError, CODES, Error, Result, StepFailure};
+pub use event::{EventSink, FrameworkEvent, StreamEvent};
+pub use harness::{
+    AgentHarness, AgentHarnessBuilder, AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT,
+};
+pub use item::{ContentPart, Item, Role};
+pub use layer::{ContextLayer, LayerDecision};
+pub use model::{ModelProvider, ModelRequest, ModelStream, ResponseEvent};
+pub use step::{
+    Backoff, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder, LoopBuilder, LoopStart,
+    MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy, RunCodeBuilder, SequenceBuilder,
+    SequenceStart, Settled, SpawnBuilder, Step, StepKind, StepRef, call_model, conditional,
+    in_parallel, invoke_tool, loop_step, run_code, sequence, spawn,
+};
+pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
+pub use until::{Until, Verdict, all, any};
+pub use usage::{Spend, TokenUsage};
+
+/// The traits users implement or call, for a glob import.
+pub mod prelude {
+    pub use crate::event::EventSink;
+    pub use crate::layer::ContextLayer;
+    pub use crate::model::ModelProvider;
+}

@@ -1,0 +1,191 @@
+//! `call_model`: a model call that runs its own tool rounds.
+//!
+//! A *round* is one provider request and its streamed response. The step runs rounds until a response
+//! has no function calls: it runs the calls, appends their outputs, and asks again. See `rounds.rs` for
+//! the loop and its limits, `stream.rs` for one round under the idle watchdog, `tools.rs` for tool calls.
+
+mod rounds;
+mod stream;
+mod tools;
+
+pub(crate) use rounds::execute;
+pub use rounds::{MAX_RECOVERIES, MAX_TOOL_ROUNDS};
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{Step, StepBody, StepNode};
+use crate::model::{ModelParams, OutputFormat};
+use crate::tool::{Tool, schema_for};
+
+pub(crate) struct CallModelSpec {
+    pub(crate) model: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) tools: Vec<Tool>,
+    pub(crate) provider: Option<String>,
+    pub(crate) params: ModelParams,
+    pub(crate) output: Option<OutputSpec>,
+    pub(crate) tool_concurrency: usize,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) emit: bool,
+}
+
+pub(crate) struct OutputSpec {
+    pub(crate) format: OutputFormat,
+    /// Parses the final text into the output type and back into JSON, so a type mismatch is caught here.
+    pub(crate) parse: fn(&str) -> Result<Value, String>,
+}
+
+fn parse_as<T: DeserializeOwned + serde::Serialize>(text: &str) -> Result<Value, String> {
+    let typed: T = serde_json::from_str(text).map_err(|source| source.to_string())?;
+    serde_json::to_value(typed).map_err(|source| source.to_string())
+}
+
+/// Builds a `call_model` step; see [`call_model`].
+#[must_use = "a builder does nothing until turned into a step"]
+pub struct CallModelBuilder<O = String> {
+    id: String,
+    spec: CallModelSpec,
+    _output: PhantomData<fn() -> O>,
+}
+
+/// A model call with tools. Input: a string that, when non-empty, is appended to the history as a user
+/// message. Output: the final answer's text, or a typed value with [`CallModelBuilder::output`].
+///
+/// # Examples
+/// ```
+/// use noetic_core::call_model;
+/// let answer = call_model("answer").model("openai/gpt-4o").instructions("Be brief.").build();
+/// assert_eq!(answer.id(), "answer");
+/// ```
+pub fn call_model(id: impl Into<String>) -> CallModelBuilder<String> {
+    CallModelBuilder {
+        id: id.into(),
+        spec: CallModelSpec {
+            model: String::new(),
+            instructions: None,
+            tools: Vec::new(),
+            provider: None,
+            params: ModelParams::default(),
+            output: None,
+            tool_concurrency: 1,
+            idle_timeout: None,
+            emit: true,
+        },
+        _output: PhantomData,
+    }
+}
+
+impl<O> CallModelBuilder<O> {
+    /// The model id (`vendor/model`).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.spec.model = model.into();
+        self
+    }
+
+    /// System instructions.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.spec.instructions = Some(instructions.into());
+        self
+    }
+
+    /// Offers a tool to the model.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.spec.tools.push(tool);
+        self
+    }
+
+    /// Offers several tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
+        self.spec.tools.extend(tools);
+        self
+    }
+
+    /// Uses the named provider instead of the harness default.
+    pub fn provider(mut self, provider: impl Into<String>) -> Self {
+        self.spec.provider = Some(provider.into());
+        self
+    }
+
+    /// Sampling temperature.
+    pub fn temperature(mut self, temperature: f64) -> Self {
+        self.spec.params.temperature = Some(temperature);
+        self
+    }
+
+    /// Nucleus sampling.
+    pub fn top_p(mut self, top_p: f64) -> Self {
+        self.spec.params.top_p = Some(top_p);
+        self
+    }
+
+    /// Cap on output tokens per round.
+    pub fn max_output_tokens(mut self, max_output_tokens: u64) -> Self {
+        self.spec.params.max_output_tokens = Some(max_output_tokens);
+        self
+    }
+
+    /// All sampling parameters at once.
+    pub fn params(mut self, params: ModelParams) -> Self {
+        self.spec.params = params;
+        self
+    }
+
+    /// How many tool calls of one round may run at once (default 1: in the order the model emitted
+    /// them). Results are recorded in call order either way.
+    pub fn tool_concurrency(mut self, concurrency: usize) -> Self {
+        self.spec.tool_concurrency = concurrency.max(1);
+        self
+    }
+
+    /// The stream idle timeout of each round (default: the harness's, 120 s).
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.spec.idle_timeout = Some(idle_timeout);
+        self
+    }
+
+    /// Whether this step emits its step and model-loop events (default true). Item and provider events
+    /// are always emitted.
+    pub fn emit(mut self, emit: bool) -> Self {
+        self.spec.emit = emit;
+        self
+    }
+
+    /// Asks for structured output of type `T`: the request carries `T`'s JSON Schema as the response
+    /// format and the final text is parsed into `T` (`MODEL_PARSE_ERROR` with the raw text on failure).
+    pub fn output<T: DeserializeOwned + serde::Serialize + JsonSchema>(
+        self,
+    ) -> CallModelBuilder<T> {
+        let CallModelBuilder { id, mut spec, .. } = self;
+        spec.output = Some(OutputSpec {
+            format: OutputFormat {
+                name: "output".to_owned(),
+                schema: schema_for::<T>(),
+            },
+            parse: parse_as::<T>,
+        });
+        CallModelBuilder {
+            id,
+            spec,
+            _output: PhantomData,
+        }
+    }
+
+    /// The finished step.
+    pub fn build(self) -> Step<String, O> {
+        Step::from_node(StepNode {
+            id: self.id,
+            body: StepBody::CallModel(Box::new(self.spec)),
+        })
+    }
+}
+
+impl<O> From<CallModelBuilder<O>> for Step<String, O> {
+    fn from(builder: CallModelBuilder<O>) -> Self {
+        builder.build()
+    }
+}

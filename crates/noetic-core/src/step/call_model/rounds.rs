@@ -1,0 +1,279 @@
+//! The round loop of a `call_model` step.
+//!
+//! Limits, as documented in `docs/steps.md`:
+//! - At most [`MAX_TOOL_ROUNDS`] (32) rounds whose function calls run. A response past that cap that still
+//!   calls tools is discarded (its calls do not run) and the next request is a *recovery round* carrying
+//!   an ephemeral user `continue` message; after [`MAX_RECOVERIES`] (3) such rounds the step fails with
+//!   `TOOL_ROUND_LIMIT`. A model that always calls tools therefore gets 32 + 3 = 35 requests.
+//! - An `incomplete` or `failed` response, or a `completed` one with no output, is discarded and
+//!   followed by a recovery round the same way; after 3 in a row the step fails with `MODEL_CALL_FAILED`.
+//! - The `continue` message is never stored: it exists only in the request that carries it.
+//! - Every round is charged, discarded ones included: the provider billed it.
+
+use serde_json::Value;
+
+use super::CallModelSpec;
+use super::stream::{RoundEnv, run_round};
+use super::tools::{ToolSet, run_calls};
+use crate::context::{Context, StepMeta};
+use crate::event::FrameworkEvent;
+use crate::item::{FunctionCallItem, Item, Role};
+use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
+use crate::usage::Spend;
+use crate::{Error, Result};
+
+/// Rounds whose tool calls run.
+pub const MAX_TOOL_ROUNDS: u32 = 32;
+/// Recovery rounds allowed in a row.
+pub const MAX_RECOVERIES: u32 = 3;
+/// The text of the ephemeral recovery message.
+const CONTINUE: &str = "continue";
+
+pub(crate) async fn execute(
+    step_id: &str,
+    spec: &CallModelSpec,
+    input: Value,
+    fed_back: bool,
+    ctx: &Context,
+) -> Result<Value> {
+    if spec.model.trim().is_empty() {
+        return Err(Error::MissingModel {
+            step_id: step_id.to_owned(),
+        });
+    }
+    let harness = ctx.harness();
+    let (provider_name, provider) =
+        harness.resolve_provider(spec.provider.as_deref(), &spec.model)?;
+
+    // A loop feeding a step's own answer back must not turn it into a user message.
+    if !fed_back {
+        if let Value::String(text) = &input {
+            if !text.is_empty() {
+                ctx.append_item(Item::user_text(text.as_str()));
+            }
+        }
+    }
+    let first_new_item = ctx.item_count();
+    let (instructions, mut conversation) = assemble(spec.instructions.as_deref(), ctx.items());
+    let tools = ToolSet::new(&spec.tools, harness.tools());
+    let emit = spec.emit;
+    let env = RoundEnv {
+        provider: &*provider,
+        provider_name: &provider_name,
+        ctx,
+        idle_timeout: spec.idle_timeout.unwrap_or_else(|| harness.idle_timeout()),
+        emit,
+    };
+
+    let mut spend = Spend::default();
+    let mut tool_calls: Vec<FunctionCallItem> = Vec::new();
+    let mut round = 0u32;
+    let mut tool_rounds = 0u32;
+    let mut failures = 0u32;
+    let mut limit_attempts = 0u32;
+    let mut carry_continue = false;
+    let response = loop {
+        ctx.check_aborted()?;
+        if carry_continue {
+            conversation.push(Item::user_text(CONTINUE));
+        }
+        if emit {
+            ctx.emit(FrameworkEvent::ModelCallStarted {
+                round,
+                message_count: conversation.len(),
+                tool_count: tools.specs.len(),
+                recovery_continuation: carry_continue,
+            });
+        }
+        let mut request = ModelRequest::new(&spec.model, &conversation, &spec.params)
+            .with_instructions(instructions.as_deref())
+            .with_tools(&tools.specs)
+            .with_output(spec.output.as_ref().map(|output| &output.format));
+        request.round = round;
+        request.thread_id = ctx.thread_id();
+        request.resource_id = ctx.resource_id();
+        let result = run_round(&env, &request).await;
+        if carry_continue {
+            conversation.pop();
+            carry_continue = false;
+        }
+        let response = result?;
+        let round_spend = Spend {
+            usage: response.usage.unwrap_or_default(),
+            cost: response.cost,
+        };
+        ctx.charge(round_spend);
+        spend += round_spend;
+
+        if response.status != ResponseStatus::Completed || response.items.is_empty() {
+            failures += 1;
+            let recoverable = failures <= MAX_RECOVERIES;
+            let message = failure_message(&response);
+            if emit {
+                ctx.emit(FrameworkEvent::ModelCallFailed {
+                    round,
+                    status: response.status,
+                    error: message.clone(),
+                    recoverable,
+                });
+            }
+            if !recoverable {
+                return Err(Error::ModelCallFailed {
+                    step_id: step_id.to_owned(),
+                    round,
+                    status: response.status,
+                    message,
+                });
+            }
+            if emit {
+                ctx.emit(FrameworkEvent::ModelCallRecoveryContinue {
+                    round,
+                    status: response.status,
+                    attempt: failures,
+                    max_attempts: MAX_RECOVERIES,
+                });
+            }
+            carry_continue = true;
+            round += 1;
+            continue;
+        }
+        failures = 0;
+        if emit {
+            ctx.emit(FrameworkEvent::ModelCallCompleted {
+                round,
+                item_count: response.items.len(),
+            });
+        }
+
+        let calls: Vec<FunctionCallItem> = response.function_calls().cloned().collect();
+        if calls.is_empty() {
+            for item in &response.items {
+                ctx.append_item(item.clone());
+            }
+            break response;
+        }
+        if tool_rounds >= MAX_TOOL_ROUNDS {
+            // A recovery round that still calls tools: its calls do not run and it is not stored.
+            limit_attempts += 1;
+            if limit_attempts > MAX_RECOVERIES {
+                finish_meta(ctx, first_new_item, tool_calls, true, spend);
+                return Err(Error::ToolRoundLimit {
+                    step_id: step_id.to_owned(),
+                    max_rounds: MAX_TOOL_ROUNDS,
+                });
+            }
+            limit_exceeded(ctx, emit, limit_attempts);
+            carry_continue = true;
+            round += 1;
+            continue;
+        }
+
+        for item in response.items {
+            ctx.append_item(item.clone());
+            conversation.push(item);
+        }
+        if emit {
+            ctx.emit(FrameworkEvent::ToolRoundStarted {
+                round,
+                tool_count: calls.len(),
+            });
+        }
+        let outputs = run_calls(&calls, &tools, ctx, spec.tool_concurrency, emit).await?;
+        if emit {
+            ctx.emit(FrameworkEvent::ToolRoundCompleted {
+                round,
+                tool_count: calls.len(),
+            });
+        }
+        conversation.extend(outputs);
+        tool_calls.extend(calls);
+        tool_rounds += 1;
+        if tool_rounds == MAX_TOOL_ROUNDS {
+            limit_attempts = 1;
+            limit_exceeded(ctx, emit, limit_attempts);
+            carry_continue = true;
+        }
+        round += 1;
+    };
+
+    let text = response.text().unwrap_or_default();
+    finish_meta(ctx, first_new_item, tool_calls, false, spend);
+    ctx.check_aborted()?;
+    match &spec.output {
+        None => Ok(Value::String(text)),
+        Some(output) => (output.parse)(&text).map_err(|message| Error::ModelParseError {
+            step_id: step_id.to_owned(),
+            raw: text,
+            message,
+        }),
+    }
+}
+
+/// Splits the log into instructions (the step's, then the texts of system items, blank-line separated)
+/// and the conversation sent as input.
+fn assemble(step_instructions: Option<&str>, log: Vec<Item>) -> (Option<String>, Vec<Item>) {
+    let mut instructions = step_instructions.map(str::to_owned);
+    let mut conversation = Vec::with_capacity(log.len() + 4);
+    for item in log {
+        if item.role() == Some(Role::System) {
+            let text = item.text().unwrap_or_default();
+            match &mut instructions {
+                Some(existing) => {
+                    existing.push_str("\n\n");
+                    existing.push_str(&text);
+                }
+                None => instructions = Some(text),
+            }
+        } else {
+            conversation.push(item);
+        }
+    }
+    (instructions, conversation)
+}
+
+fn failure_message(response: &ModelResponse) -> String {
+    match response.status {
+        ResponseStatus::Incomplete => format!(
+            "response incomplete: {}",
+            response
+                .incomplete_reason
+                .as_deref()
+                .unwrap_or("no reason given")
+        ),
+        ResponseStatus::Failed => {
+            format!(
+                "response failed: {}",
+                response.error.as_deref().unwrap_or("no message given")
+            )
+        }
+        _ => "response completed with no output items".to_owned(),
+    }
+}
+
+fn limit_exceeded(ctx: &Context, emit: bool, attempt: u32) {
+    if emit {
+        ctx.emit(FrameworkEvent::ToolRoundLimitExceeded {
+            max_tool_rounds: MAX_TOOL_ROUNDS,
+            attempt,
+            max_attempts: MAX_RECOVERIES,
+        });
+    }
+}
+
+fn finish_meta(
+    ctx: &Context,
+    first_new_item: usize,
+    tool_calls: Vec<FunctionCallItem>,
+    ended_with_tool_calls: bool,
+    spend: Spend,
+) {
+    let mut response_items = ctx.items();
+    response_items.drain(..first_new_item.min(response_items.len()));
+    ctx.set_last_step_meta(StepMeta {
+        tool_calls,
+        ended_with_tool_calls,
+        usage: spend.usage,
+        cost: spend.cost,
+        response_items,
+    });
+}

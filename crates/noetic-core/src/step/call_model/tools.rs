@@ -1,0 +1,185 @@
+//! Running one round's function calls. No tool failure fails the step: each becomes the call's output.
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt, TryStreamExt};
+use serde_json::Value;
+
+use crate::Result;
+use crate::context::Context;
+use crate::event::FrameworkEvent;
+use crate::item::{FunctionCallItem, Item};
+use crate::layer::{LayerDecision, ToolCallView, gate_tool_call};
+use crate::model::ToolSpec;
+use crate::tool::{Tool, ToolContext, output_text};
+
+/// The tools of one step: what is offered, and how wire names map back.
+pub(super) struct ToolSet {
+    tools: Vec<Tool>,
+    pub(super) specs: Vec<ToolSpec>,
+}
+
+impl ToolSet {
+    /// The step's tools, then the harness's; the first of a name wins.
+    pub(super) fn new(step_tools: &[Tool], harness_tools: &[Tool]) -> Self {
+        let mut tools: Vec<Tool> = Vec::with_capacity(step_tools.len() + harness_tools.len());
+        for tool in step_tools.iter().chain(harness_tools) {
+            if !tools.iter().any(|known| known.name() == tool.name()) {
+                tools.push(tool.clone());
+            }
+        }
+        let specs = tools.iter().map(Tool::spec).collect();
+        ToolSet { tools, specs }
+    }
+
+    /// Finds a tool by its wire name or its own name.
+    fn find(&self, name: &str) -> Option<&Tool> {
+        self.tools
+            .iter()
+            .find(|tool| tool.wire_name() == name)
+            .or_else(|| self.tools.iter().find(|tool| tool.name() == name))
+    }
+}
+
+/// The outcome of one call: the output text and whether it reports an error.
+struct CallOutcome {
+    output: String,
+    error: bool,
+}
+
+impl CallOutcome {
+    fn error(output: String) -> Self {
+        CallOutcome {
+            output,
+            error: true,
+        }
+    }
+}
+
+/// Runs the calls (up to `concurrency` at once), appends each `function_call_output` to the context's
+/// log in call order, and returns those items.
+///
+/// # Errors
+/// `CANCELLED` when the context is aborted before a call starts; the calls after it do not run.
+pub(super) async fn run_calls(
+    calls: &[FunctionCallItem],
+    tools: &ToolSet,
+    ctx: &Context,
+    concurrency: usize,
+    emit: bool,
+) -> Result<Vec<Item>> {
+    // Boxed so the stream's item type is concrete (closures returning borrowing async blocks trip the
+    // compiler's `Send` inference for the enclosing future).
+    let starts: Vec<BoxFuture<'_, Result<CallOutcome>>> = calls
+        .iter()
+        .map(|call| Box::pin(start_call(call, tools, ctx, emit)) as BoxFuture<'_, _>)
+        .collect();
+    let outcomes = futures_util::stream::iter(starts).buffered(concurrency);
+    futures_util::pin_mut!(outcomes);
+    let mut items = Vec::with_capacity(calls.len());
+    let mut index = 0;
+    while let Some(outcome) = outcomes.try_next().await? {
+        let call = &calls[index];
+        index += 1;
+        let item = Item::function_call_output(call.call_id.clone(), outcome.output.clone());
+        ctx.append_item(item.clone());
+        if emit {
+            ctx.emit(FrameworkEvent::ToolCallCompleted {
+                name: call.name.clone(),
+                call_id: call.call_id.clone(),
+                error: outcome.error,
+                output: outcome.output,
+            });
+        }
+        items.push(item);
+    }
+    Ok(items)
+}
+
+async fn start_call(
+    call: &FunctionCallItem,
+    tools: &ToolSet,
+    ctx: &Context,
+    emit: bool,
+) -> Result<CallOutcome> {
+    ctx.check_aborted()?;
+    if emit {
+        ctx.emit(FrameworkEvent::ToolCallStarted {
+            name: call.name.clone(),
+            call_id: call.call_id.clone(),
+        });
+    }
+    Ok(run_call(call, tools, ctx).await)
+}
+
+async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> CallOutcome {
+    let arguments: Value = if call.arguments.trim().is_empty() {
+        // Some providers send no argument text for a tool without parameters.
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_str(&call.arguments) {
+            Ok(arguments) => arguments,
+            Err(_) => {
+                return CallOutcome::error(format!(
+                    "Error: malformed JSON in tool arguments: {}",
+                    call.arguments
+                ));
+            }
+        }
+    };
+    let Some(tool) = tools.find(&call.name) else {
+        return CallOutcome::error(format!("Error: unknown tool '{}'", call.name));
+    };
+    let view = ToolCallView {
+        name: tool.name(),
+        call_id: &call.call_id,
+        arguments: &arguments,
+    };
+    match gate_tool_call(ctx, view).await {
+        LayerDecision::Allow => {}
+        LayerDecision::Deny { guidance } => {
+            return CallOutcome::error(format!(
+                "Tool call denied: {}",
+                guidance.as_deref().unwrap_or("steering rule violation")
+            ));
+        }
+        LayerDecision::Guide { guidance } => {
+            return CallOutcome::error(format!("Tool call redirected: {guidance}"));
+        }
+    }
+    if let Err(message) = tool.validate(&arguments) {
+        return CallOutcome::error(format!(
+            "Error: invalid arguments for tool '{}': {message}",
+            tool.name()
+        ));
+    }
+    let tool_ctx = ToolContext {
+        ctx: ctx.clone(),
+        call_id: call.call_id.clone(),
+        tool_name: tool.name().to_owned(),
+    };
+    match AssertUnwindSafe(tool.call(arguments, tool_ctx))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(value)) => CallOutcome {
+            output: output_text(&value),
+            error: false,
+        },
+        Ok(Err(error)) => CallOutcome::error(format!("Error: {error}")),
+        Err(panic) => CallOutcome::error(format!(
+            "Error: tool '{}' panicked: {}",
+            tool.name(),
+            panic_message(&panic)
+        )),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("unknown panic")
+}

@@ -1,0 +1,80 @@
+//! The interpreter: the per-step protocol around every dispatch.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use super::{
+    StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel, run_code, spawn,
+};
+use crate::context::{Context, MAX_DEPTH};
+use crate::error::StepFailure;
+use crate::event::FrameworkEvent;
+use crate::{Error, Result};
+
+/// Runs one step on `ctx`.
+///
+/// Order: refuse depth ≥ 64; `CANCELLED` if aborted; count the step; `hooks.before_step`;
+/// `step_started`; dispatch; `step_completed`; `hooks.after_step` with the result.
+///
+/// `fed_back` marks an input that a loop fed back from its previous iteration's output: a `call_model`
+/// receiving it does not append it as a user message.
+pub(crate) fn execute<'a>(
+    node: &'a Arc<StepNode>,
+    input: Value,
+    fed_back: bool,
+    ctx: &'a Context,
+) -> BoxFuture<'a, Result<Value>> {
+    Box::pin(async move {
+        if ctx.depth() >= MAX_DEPTH {
+            return Err(Error::StepFailed {
+                step_id: node.id.clone(),
+                cause: StepFailure::DepthLimit { limit: MAX_DEPTH },
+            });
+        }
+        ctx.check_aborted()?;
+        ctx.count_step();
+        let hooks = ctx.harness().hooks();
+        if let Some(before) = &hooks.before_step {
+            before(super::StepRef { node: node.clone() }, ctx.clone()).await;
+        }
+        let emit = match &node.body {
+            StepBody::CallModel(spec) => spec.emit,
+            _ => true,
+        };
+        let kind = node.kind();
+        if emit && ctx.has_event_sink() {
+            ctx.emit(FrameworkEvent::StepStarted {
+                step_id: node.id.clone(),
+                kind,
+            });
+        }
+        let id = node.id.as_str();
+        let output = match &node.body {
+            StepBody::RunCode(spec) => run_code::execute(id, spec, input, ctx).await,
+            StepBody::CallModel(spec) => call_model::execute(id, spec, input, fed_back, ctx).await,
+            StepBody::InvokeTool(spec) => invoke_tool::execute(id, spec, input, ctx).await,
+            StepBody::Conditional(spec) => conditional::execute(spec, input, fed_back, ctx).await,
+            StepBody::InParallel(spec) => parallel::execute(id, spec, input, fed_back, ctx).await,
+            StepBody::Spawn(spec) => spawn::execute(id, spec, input, ctx).await,
+            StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, fed_back, ctx).await,
+            StepBody::Sequence(body) => loop_step::run_body(body, input, fed_back, ctx).await,
+        }?;
+        if emit && ctx.has_event_sink() {
+            ctx.emit(FrameworkEvent::StepCompleted {
+                step_id: node.id.clone(),
+                kind,
+            });
+        }
+        if let Some(after) = &hooks.after_step {
+            after(
+                super::StepRef { node: node.clone() },
+                output.clone(),
+                ctx.clone(),
+            )
+            .await;
+        }
+        Ok(output)
+    })
+}

@@ -1,0 +1,259 @@
+//! Steps: typed, composable units of work, and the interpreter that runs them.
+//!
+//! A [`Step<I, O>`] takes an `I` and produces an `O`. Steps are built with the builders re-exported here
+//! ([`run_code`], [`call_model`], [`invoke_tool`], [`conditional`], [`in_parallel`], [`spawn`],
+//! [`loop_step`], [`sequence`]) and composed into a tree that [`crate::AgentHarness::run`] executes.
+//!
+//! Values crossing a step boundary are `Serialize + DeserializeOwned`: inside the tree they travel as
+//! `serde_json::Value`, which is what lets steps of different types compose, lets JSON workflow documents
+//! build the same trees, and lets the step ledger and checkpoints store outputs. The typed builders
+//! convert at the edges, so user code only sees its own types.
+//!
+//! Every step runs through the interpreter, which at each step: refuses depth ≥ 64 (`STEP_FAILED`),
+//! raises `CANCELLED` if the context is aborted, counts the step, calls `hooks.before_step`, emits
+//! `step_started`, dispatches, emits `step_completed` and calls `hooks.after_step` with the result.
+
+mod call_model;
+mod conditional;
+mod interpreter;
+mod invoke_tool;
+mod loop_step;
+mod parallel;
+mod run_code;
+mod spawn;
+
+pub use call_model::{CallModelBuilder, MAX_RECOVERIES, MAX_TOOL_ROUNDS, call_model};
+pub use conditional::conditional;
+pub use invoke_tool::{InvokeToolBuilder, invoke_tool};
+pub use loop_step::{
+    DEFAULT_MAX_ITERATIONS, LoopBuilder, LoopStart, SequenceBuilder, SequenceStart, loop_step,
+    sequence,
+};
+pub use parallel::{ParallelBuilder, Settled, in_parallel};
+pub use run_code::{Backoff, RetryPolicy, RunCodeBuilder, run_code};
+pub use spawn::{SpawnBuilder, spawn};
+
+pub(crate) use interpreter::execute;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+use crate::error::StepFailure;
+use crate::{Error, Result};
+
+/// A typed step from `I` to `O`. Cheap to clone (an `Arc`).
+pub struct Step<I, O> {
+    pub(crate) node: Arc<StepNode>,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O> Clone for Step<I, O> {
+    fn clone(&self) -> Self {
+        Step {
+            node: self.node.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<I, O> std::fmt::Debug for Step<I, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Step")
+            .field("id", &self.node.id)
+            .field("kind", &self.node.kind())
+            .finish()
+    }
+}
+
+impl<I, O> Step<I, O> {
+    pub(crate) fn from_node(node: StepNode) -> Self {
+        Step {
+            node: Arc::new(node),
+            _types: PhantomData,
+        }
+    }
+
+    pub(crate) fn from_arc(node: Arc<StepNode>) -> Self {
+        Step {
+            node,
+            _types: PhantomData,
+        }
+    }
+
+    /// The step's id.
+    pub fn id(&self) -> &str {
+        &self.node.id
+    }
+
+    /// The step's kind.
+    pub fn kind(&self) -> StepKind {
+        self.node.kind()
+    }
+
+    /// A handle to the step without its types (what hooks receive).
+    pub fn as_ref(&self) -> StepRef {
+        StepRef {
+            node: self.node.clone(),
+        }
+    }
+
+    /// Checks the tree: no blank ids, no blank models, no empty bodies.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStep`] or [`Error::MissingModel`] naming the first offending step.
+    pub fn validate(&self) -> Result<()> {
+        self.node.validate()
+    }
+}
+
+/// A step without its types, as hooks and events see it.
+#[derive(Clone)]
+pub struct StepRef {
+    node: Arc<StepNode>,
+}
+
+impl StepRef {
+    /// The step's id.
+    pub fn id(&self) -> &str {
+        &self.node.id
+    }
+
+    /// The step's kind.
+    pub fn kind(&self) -> StepKind {
+        self.node.kind()
+    }
+}
+
+impl std::fmt::Debug for StepRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepRef")
+            .field("id", &self.node.id)
+            .field("kind", &self.node.kind())
+            .finish()
+    }
+}
+
+/// The kind of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StepKind {
+    /// [`run_code`].
+    RunCode,
+    /// [`call_model`].
+    CallModel,
+    /// [`invoke_tool`].
+    InvokeTool,
+    /// [`conditional`].
+    Conditional,
+    /// [`in_parallel`].
+    InParallel,
+    /// [`spawn`].
+    Spawn,
+    /// [`loop_step`].
+    Loop,
+    /// [`sequence`].
+    Sequence,
+}
+
+/// A node of the step tree.
+pub(crate) struct StepNode {
+    pub(crate) id: String,
+    pub(crate) body: StepBody,
+}
+
+pub(crate) enum StepBody {
+    RunCode(run_code::RunCodeSpec),
+    CallModel(Box<call_model::CallModelSpec>),
+    InvokeTool(invoke_tool::InvokeToolSpec),
+    Conditional(conditional::ConditionalSpec),
+    InParallel(parallel::ParallelSpec),
+    Spawn(spawn::SpawnSpec),
+    Loop(loop_step::LoopSpec),
+    Sequence(Vec<Arc<StepNode>>),
+}
+
+impl StepNode {
+    pub(crate) fn kind(&self) -> StepKind {
+        match &self.body {
+            StepBody::RunCode(_) => StepKind::RunCode,
+            StepBody::CallModel(_) => StepKind::CallModel,
+            StepBody::InvokeTool(_) => StepKind::InvokeTool,
+            StepBody::Conditional(_) => StepKind::Conditional,
+            StepBody::InParallel(_) => StepKind::InParallel,
+            StepBody::Spawn(_) => StepKind::Spawn,
+            StepBody::Loop(_) => StepKind::Loop,
+            StepBody::Sequence(_) => StepKind::Sequence,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.id.trim().is_empty() {
+            return Err(Error::InvalidStep {
+                step_id: self.id.clone(),
+                problem: "step id is blank",
+            });
+        }
+        match &self.body {
+            StepBody::CallModel(spec) if spec.model.trim().is_empty() => Err(Error::MissingModel {
+                step_id: self.id.clone(),
+            }),
+            StepBody::Sequence(children) if children.is_empty() => Err(Error::InvalidStep {
+                step_id: self.id.clone(),
+                problem: "sequence has no steps",
+            }),
+            StepBody::Sequence(children) => children.iter().try_for_each(|child| child.validate()),
+            StepBody::Loop(spec) => {
+                if spec.until.is_none() {
+                    return Err(Error::InvalidStep {
+                        step_id: self.id.clone(),
+                        problem: "loop has no until predicate",
+                    });
+                }
+                if spec.body.is_empty() {
+                    return Err(Error::InvalidStep {
+                        step_id: self.id.clone(),
+                        problem: "loop has no steps",
+                    });
+                }
+                spec.body.iter().try_for_each(|child| child.validate())
+            }
+            StepBody::InParallel(spec) => spec.paths.iter().try_for_each(|child| child.validate()),
+            StepBody::Spawn(spec) => spec.child.validate(),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Converts a step's input from the tree's JSON value into its type.
+pub(crate) fn decode<T: DeserializeOwned>(
+    step_id: &str,
+    direction: &'static str,
+    value: Value,
+) -> Result<T> {
+    serde_json::from_value(value).map_err(|source| Error::StepFailed {
+        step_id: step_id.to_owned(),
+        cause: StepFailure::TypeMismatch {
+            direction,
+            message: source.to_string(),
+        },
+    })
+}
+
+/// Converts a step's typed output into the tree's JSON value.
+pub(crate) fn encode<T: Serialize>(
+    step_id: &str,
+    direction: &'static str,
+    value: T,
+) -> Result<Value> {
+    serde_json::to_value(value).map_err(|source| Error::StepFailed {
+        step_id: step_id.to_owned(),
+        cause: StepFailure::TypeMismatch {
+            direction,
+            message: source.to_string(),
+        },
+    })
+}

@@ -1,0 +1,25 @@
+//! Test helpers for noetic (a dev-dependency only; `publish = false`).
+//!
+//! - [`ScriptedModel`]: a [`noetic_core::ModelProvider`] that answers from a queue of canned responses,
+//!   each a list of OpenResponses events, and records every request it receives. For testing steps and
+//!   sessions, never for testing providers (those are tested over HTTP against a mock server).
+//! - [`EventLog`]: an [`noetic_core::EventSink`] that keeps every event, for assertions.
+//! - [`fixtures_dir`]: where the repository's recorded provider streams live.
+
+mod events;
+mod scripted;
+
+pub use events::EventLog;
+pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};
+
+use std::path::PathBuf;
+
+/// The directory of the recorded provider streams (`fixtures/openresponses/` at the workspace root).
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openresponses")
+}
+
+/// A harness builder with `model` registered as the provider `scripted`.
+pub fn harness_with(name: &str, model: &ScriptedModel) -> noetic_core::AgentHarnessBuilder {
+    noetic_core::AgentHarness::builder(name).provider("scripted", model.clone())
+}

@@ -1,0 +1,77 @@
+//! `cargo xtask ci`: every CI check, in order, stopping at the first failure.
+//!
+//! `.ci/run` calls this, so a local `cargo xtask ci` runs exactly what CI runs. Cheap checks come first
+//! so a formatting slip fails in seconds rather than after the test build.
+
+use std::path::Path;
+
+use crate::Result;
+use crate::codegen;
+use crate::command::{cargo, run_step, subcommand_installed};
+
+/// Runs the checks; returns an error naming the first one that failed.
+pub(crate) fn run(root: &Path) -> Result {
+    run_step(
+        "cargo fmt --all --check",
+        cargo(root, &["fmt", "--all", "--check"]),
+    )?;
+    run_step(
+        "cargo clippy --workspace --all-targets -- -D warnings",
+        cargo(
+            root,
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+    )?;
+
+    // In-process, before the (slow) tests, so a stale doc fails fast with the fix in the message.
+    println!("==> cargo xtask codegen --check");
+    codegen::check(root)?;
+
+    run_step(
+        "cargo test --workspace",
+        cargo(root, &["test", "--workspace"]),
+    )?;
+
+    let mut doc = cargo(root, &["doc", "--workspace", "--no-deps"]);
+    doc.env("RUSTDOCFLAGS", "-D warnings");
+    run_step(
+        "RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps",
+        doc,
+    )?;
+
+    // `advisories` is left out on purpose: it clones the RustSec database from GitHub, which CI
+    // machines cannot reach. See deny.toml.
+    if subcommand_installed(root, "deny") {
+        run_step(
+            "cargo deny check bans licenses sources",
+            cargo(root, &["deny", "check", "bans", "licenses", "sources"]),
+        )?;
+    } else {
+        print_skip("cargo-deny");
+    }
+
+    if subcommand_installed(root, "hack") {
+        run_step(
+            "cargo hack check --each-feature --workspace",
+            cargo(root, &["hack", "check", "--each-feature", "--workspace"]),
+        )?;
+    } else {
+        print_skip("cargo-hack");
+    }
+
+    println!("==> ci passed");
+    Ok(())
+}
+
+/// Reports an optional tool that is not installed; installing it is left to the developer because it
+/// takes too long on CI machines.
+fn print_skip(tool: &str) {
+    println!("==> {tool} not installed; skipping (install: cargo install --locked {tool})");
+}
