@@ -171,7 +171,7 @@ async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> Ca
         Err(panic) => CallOutcome::error(format!(
             "Error: tool '{}' panicked: {}",
             tool.name(),
-            panic_message(&panic)
+            panic_message(&*panic)
         )),
     }
 }
