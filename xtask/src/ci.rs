@@ -39,6 +39,11 @@ pub(crate) fn run(root: &Path) -> Result {
         cargo(root, &["test", "--workspace"]),
     )?;
 
+    // The README's first command must work on a fresh machine with no key: run it for real.
+    let mut quickstart = cargo(root, &["run", "--quiet", "--example", "quickstart"]);
+    quickstart.env_remove("OPENROUTER_API_KEY").env_remove("OPENAI_API_KEY");
+    run_step("cargo run --example quickstart (offline)", quickstart)?;
+
     let mut doc = cargo(root, &["doc", "--workspace", "--no-deps"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
     run_step(

@@ -1,1 +1,0 @@
-//! Shared code of the noetic examples (none yet); each example is its own target.
