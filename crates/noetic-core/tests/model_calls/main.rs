@@ -1,6 +1,8 @@
 //! `call_model` through the public API with a scripted model: the ReAct loop, tool failures, round
 //! limits, recovery rounds, the idle watchdog, usage, structured output and events.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
+
 mod support;
 
 use std::sync::Arc;

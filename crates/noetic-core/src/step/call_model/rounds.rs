@@ -46,12 +46,11 @@ pub(crate) async fn execute(
         harness.resolve_provider(spec.provider.as_deref(), &spec.model)?;
 
     // A loop feeding a step's own answer back must not turn it into a user message.
-    if !fed_back {
-        if let Value::String(text) = &input {
-            if !text.is_empty() {
-                ctx.append_item(Item::user_text(text.as_str()));
-            }
-        }
+    if !fed_back
+        && let Value::String(text) = &input
+        && !text.is_empty()
+    {
+        ctx.append_item(Item::user_text(text.as_str()));
     }
     let first_new_item = ctx.item_count();
     let (instructions, mut conversation) = assemble(spec.instructions.as_deref(), ctx.items());
