@@ -1,0 +1,15 @@
+//! Integration tests of the step variants, `until` predicates, hooks and contexts, through the public
+//! API only.
+
+mod conditional;
+mod context;
+mod depth;
+mod hooks;
+mod invoke_tool;
+mod loops;
+mod parallel;
+mod run_code;
+mod sequence;
+mod spawn;
+mod support;
+mod validation;
