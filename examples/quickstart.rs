@@ -19,7 +19,11 @@ fn offline_demo_model() -> ScriptedModel {
         match (request.tools.first(), outputs.is_empty()) {
             (Some(tool), true) => {
                 let query = request.user_texts().last().cloned().unwrap_or_default();
-                ScriptedResponse::tool_call("call_demo_1", tool, serde_json::json!({ "query": query }))
+                ScriptedResponse::tool_call(
+                    "call_demo_1",
+                    tool,
+                    serde_json::json!({ "query": query }),
+                )
             }
             _ => ScriptedResponse::text(&format!("Here is what I found. {}", outputs.join(" "))),
         }
@@ -28,9 +32,13 @@ fn offline_demo_model() -> ScriptedModel {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let task = std::env::args().nth(1).unwrap_or_else(|| "Find recent AI news".to_owned());
+    let task = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "Find recent AI news".to_owned());
     if std::env::var_os("OPENROUTER_API_KEY").is_some() {
-        eprintln!("note: OPENROUTER_API_KEY is set, but the HTTP providers are not built yet; using the offline demo model");
+        eprintln!(
+            "note: OPENROUTER_API_KEY is set, but the HTTP providers are not built yet; using the offline demo model"
+        );
     } else {
         eprintln!("note: no OPENROUTER_API_KEY set; using the offline demo model");
     }
@@ -43,6 +51,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let answer = harness.run(&agent, task, &ctx).await?;
     println!("{answer}");
     let tokens = ctx.tokens();
-    eprintln!("({} input tokens, {} output tokens)", tokens.input_tokens, tokens.output_tokens);
+    eprintln!(
+        "({} input tokens, {} output tokens)",
+        tokens.input_tokens, tokens.output_tokens
+    );
     Ok(())
 }

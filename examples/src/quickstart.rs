@@ -20,9 +20,15 @@ pub struct SearchResult {
 
 /// A stand-in web search: it answers every query with a fixed sentence.
 pub fn search_tool() -> Tool {
-    Tool::new("search", "Search the web for information", |args: SearchArgs, _ctx: ToolContext| async move {
-        Ok(SearchResult { result: format!("Results for: {}", args.query) })
-    })
+    Tool::new(
+        "search",
+        "Search the web for information",
+        |args: SearchArgs, _ctx: ToolContext| async move {
+            Ok(SearchResult {
+                result: format!("Results for: {}", args.query),
+            })
+        },
+    )
 }
 
 /// The agent graph: call the model with the search tool until it answers without tool calls (it runs its

@@ -18,11 +18,21 @@ async fn the_quick_start_makes_two_requests_and_invents_no_user_message() {
         .unwrap();
     let ctx = harness.create_context(ContextOptions::new());
 
-    let answer = harness.run(&agent, "Find recent AI news".to_owned(), &ctx).await.unwrap();
+    let answer = harness
+        .run(&agent, "Find recent AI news".to_owned(), &ctx)
+        .await
+        .unwrap();
 
     assert_eq!(answer, "AI news: models got faster.");
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
-    assert_eq!(requests[1].user_texts(), ["Find recent AI news"], "no invented user message");
-    assert_eq!(requests[1].tool_outputs(), [r#"{"result":"Results for: AI news"}"#]);
+    assert_eq!(
+        requests[1].user_texts(),
+        ["Find recent AI news"],
+        "no invented user message"
+    );
+    assert_eq!(
+        requests[1].tool_outputs(),
+        [r#"{"result":"Results for: AI news"}"#]
+    );
 }

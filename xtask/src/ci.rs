@@ -41,7 +41,9 @@ pub(crate) fn run(root: &Path) -> Result {
 
     // The README's first command must work on a fresh machine with no key: run it for real.
     let mut quickstart = cargo(root, &["run", "--quiet", "--example", "quickstart"]);
-    quickstart.env_remove("OPENROUTER_API_KEY").env_remove("OPENAI_API_KEY");
+    quickstart
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("OPENAI_API_KEY");
     run_step("cargo run --example quickstart (offline)", quickstart)?;
 
     let mut doc = cargo(root, &["doc", "--workspace", "--no-deps"]);

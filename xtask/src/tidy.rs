@@ -52,7 +52,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result {
 }
 
 /// Crates that only adapter crates may pull in (DESIGN.md §1): `noetic-core` must build without them.
-const ADAPTER_ONLY: &[&str] = &["reqwest", "hyper", "sqlx", "nix", "opentelemetry", "opentelemetry_sdk"];
+const ADAPTER_ONLY: &[&str] = &[
+    "reqwest",
+    "hyper",
+    "sqlx",
+    "nix",
+    "opentelemetry",
+    "opentelemetry_sdk",
+];
 
 /// `cargo tree -p noetic-core -e normal` names none of the adapter-only crates, so the core stays free
 /// of network, database and OS-process dependencies.
@@ -61,14 +68,38 @@ fn core_pulls_in_no_adapter_dependency() -> Result {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = std::process::Command::new(cargo)
-        .args(["tree", "-p", "noetic-core", "-e", "normal", "--prefix", "none"])
+        .args([
+            "tree",
+            "-p",
+            "noetic-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
         .current_dir(root)
         .output()?;
-    assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let tree = String::from_utf8(output.stdout)?;
-    let names: Vec<&str> = tree.lines().filter_map(|line| line.split_whitespace().next()).collect();
-    assert!(names.contains(&"noetic-core"), "unexpected cargo tree output:\n{tree}");
-    let found: Vec<&&str> = ADAPTER_ONLY.iter().filter(|banned| names.contains(banned)).collect();
-    assert!(found.is_empty(), "noetic-core depends on adapter-only crates {found:?}:\n{tree}");
+    let names: Vec<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    assert!(
+        names.contains(&"noetic-core"),
+        "unexpected cargo tree output:\n{tree}"
+    );
+    let found: Vec<&&str> = ADAPTER_ONLY
+        .iter()
+        .filter(|banned| names.contains(banned))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "noetic-core depends on adapter-only crates {found:?}:\n{tree}"
+    );
     Ok(())
 }

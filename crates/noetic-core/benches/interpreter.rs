@@ -8,7 +8,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use noetic_core::{AgentHarness, Context, ContextOptions, Tool, ToolContext, ToolError, call_model, loop_step, until};
+use noetic_core::{
+    AgentHarness, Context, ContextOptions, Tool, ToolContext, ToolError, call_model, loop_step,
+    until,
+};
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 use serde_json::json;
 
@@ -16,7 +19,10 @@ const STEPS: u64 = 10_000;
 const RUNS: usize = 7;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 /// Process CPU time (user + system), from /proc on Linux.
@@ -47,7 +53,10 @@ fn measure(runs: usize, mut body: impl FnMut()) -> Measure {
         _ => None,
     };
     walls.sort();
-    Measure { wall: walls[walls.len() / 2], cpu }
+    Measure {
+        wall: walls[walls.len() / 2],
+        cpu,
+    }
 }
 
 fn micros(duration: Duration, per: u64) -> f64 {
@@ -55,43 +64,77 @@ fn micros(duration: Duration, per: u64) -> f64 {
 }
 
 fn row(name: &str, measure: &Measure, per: u64, unit: &str, target: &str) {
-    let cpu = measure.cpu.map(|cpu| format!("{:>10.2}", micros(cpu, per))).unwrap_or_else(|| format!("{:>10}", "n/a"));
-    println!("| {name:<44} | {:>10.2} | {cpu} | {unit:<10} | {target} |", micros(measure.wall, per));
+    let cpu = measure
+        .cpu
+        .map(|cpu| format!("{:>10.2}", micros(cpu, per)))
+        .unwrap_or_else(|| format!("{:>10}", "n/a"));
+    println!(
+        "| {name:<44} | {:>10.2} | {cpu} | {unit:<10} | {target} |",
+        micros(measure.wall, per)
+    );
 }
 
 fn main() {
     let runtime = runtime();
-    println!("| benchmark                                    |    wall µs |     cpu µs | per        | target (DESIGN.md §16) |");
-    println!("|----------------------------------------------|-----------:|-----------:|------------|------------------------|");
+    println!(
+        "| benchmark                                    |    wall µs |     cpu µs | per        | target (DESIGN.md §16) |"
+    );
+    println!(
+        "|----------------------------------------------|-----------:|-----------:|------------|------------------------|"
+    );
 
     // 1. Per step: a loop whose body is one run_code step, 10,000 iterations.
     let harness = AgentHarness::builder("bench").build().expect("harness");
     let counter = loop_step("count")
-        .step(noetic_core::run_code("inc", |n: u64, _ctx: Context| async move { Ok::<_, std::convert::Infallible>(n + 1) }))
+        .step(noetic_core::run_code(
+            "inc",
+            |n: u64, _ctx: Context| async move { Ok::<_, std::convert::Infallible>(n + 1) },
+        ))
         .until(until::max_steps(STEPS))
         .max_iterations(STEPS as u32 + 1)
         .build();
     let steps = measure(RUNS, || {
         let ctx = harness.create_context(ContextOptions::new());
-        let out = runtime.block_on(harness.run(&counter, 0u64, &ctx)).expect("loop runs");
+        let out = runtime
+            .block_on(harness.run(&counter, 0u64, &ctx))
+            .expect("loop runs");
         assert_eq!(out, STEPS);
         black_box(out);
     });
-    row("run_code step inside a loop (10,000 steps)", &steps, STEPS, "step", "no target; part of ≤ 1,000 µs per turn");
+    row(
+        "run_code step inside a loop (10,000 steps)",
+        &steps,
+        STEPS,
+        "step",
+        "no target; part of ≤ 1,000 µs per turn",
+    );
 
     // 2. Per scripted round: a call_model answering with ~200 words in 50 deltas.
     let answer = "word ".repeat(200);
     let rounds: u64 = 200;
     let model = ScriptedModel::responding(move |_| ScriptedResponse::text_in_deltas(&answer, 20));
-    let harness = AgentHarness::builder("bench").provider("scripted", model.clone()).build().expect("harness");
+    let harness = AgentHarness::builder("bench")
+        .provider("scripted", model.clone())
+        .build()
+        .expect("harness");
     let step = call_model("llm").model("m").build();
     let per_round = measure(RUNS, || {
         for _ in 0..rounds {
             let ctx = harness.create_context(ContextOptions::new());
-            black_box(runtime.block_on(harness.run(&step, "question".to_owned(), &ctx)).expect("round"));
+            black_box(
+                runtime
+                    .block_on(harness.run(&step, "question".to_owned(), &ctx))
+                    .expect("round"),
+            );
         }
     });
-    row("call_model round, scripted (50 deltas)", &per_round, rounds, "round", "no target; HTTP excluded");
+    row(
+        "call_model round, scripted (50 deltas)",
+        &per_round,
+        rounds,
+        "round",
+        "no target; HTTP excluded",
+    );
 
     // 3. A react-2 turn without HTTP: tool call round, tool, 50-delta answer, in a loop around call_model.
     let answer = "word ".repeat(200);
@@ -102,23 +145,47 @@ fn main() {
             ScriptedResponse::text_in_deltas(&answer, 20)
         }
     });
-    let lookup = Tool::new("lookup", "looks up", |args: Args, _ctx: ToolContext| async move { Ok::<_, ToolError>(args.query) });
-    let harness = AgentHarness::builder("bench").provider("scripted", model).build().expect("harness");
+    let lookup = Tool::new(
+        "lookup",
+        "looks up",
+        |args: Args, _ctx: ToolContext| async move { Ok::<_, ToolError>(args.query) },
+    );
+    let harness = AgentHarness::builder("bench")
+        .provider("scripted", model)
+        .build()
+        .expect("harness");
     let agent = loop_step("agent")
         .step(call_model("llm").model("m").tool(lookup))
-        .until(noetic_core::any([until::no_tool_calls(), until::max_steps(10)]))
+        .until(noetic_core::any([
+            until::no_tool_calls(),
+            until::max_steps(10),
+        ]))
         .build();
     let turns: u64 = 200;
     let per_turn = measure(RUNS, || {
         for _ in 0..turns {
             let ctx = harness.create_context(ContextOptions::new());
-            black_box(runtime.block_on(harness.run(&agent, "question".to_owned(), &ctx)).expect("turn"));
+            black_box(
+                runtime
+                    .block_on(harness.run(&agent, "question".to_owned(), &ctx))
+                    .expect("turn"),
+            );
         }
     });
-    row("react-2 turn, scripted (2 rounds + 1 tool)", &per_turn, turns, "turn", "framework share of ≤ 1,000 µs/turn");
+    row(
+        "react-2 turn, scripted (2 rounds + 1 tool)",
+        &per_turn,
+        turns,
+        "turn",
+        "framework share of ≤ 1,000 µs/turn",
+    );
     println!();
-    println!("The §16 targets are for a whole turn over loopback HTTP next to a bare reqwest client; they are");
-    println!("measured end to end once noetic-providers exists. These figures are the framework alone.");
+    println!(
+        "The §16 targets are for a whole turn over loopback HTTP next to a bare reqwest client; they are"
+    );
+    println!(
+        "measured end to end once noetic-providers exists. These figures are the framework alone."
+    );
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -357,8 +357,14 @@ impl Context {
         *lock(&self.inner.last_step_meta) = Some(meta);
     }
 
-    /// Aborts this context and all its descendants. The first reason wins. Synchronous.
+    /// Aborts this context and all its descendants. The first reason wins: aborting a context that is
+    /// already aborted (itself or through an ancestor) keeps the reason it already has. Synchronous.
     pub fn abort(&self, reason: Option<String>) {
+        let reason = if self.aborted() {
+            self.abort_reason().or(reason)
+        } else {
+            reason
+        };
         let _ = self.inner.abort_reason.set(reason);
         self.inner.cancel.cancel();
     }

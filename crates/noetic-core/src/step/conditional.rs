@@ -51,7 +51,11 @@ pub(crate) async fn execute(
     ctx: &Context,
 ) -> Result<Value> {
     match (spec.route)(&input, ctx)? {
-        Some(next) => execute_step(&next, input, fed_back, ctx).await,
+        Some(next) => {
+            // The routed step was not part of the tree checked before the run: check it now.
+            next.validate()?;
+            execute_step(&next, input, fed_back, ctx).await
+        }
         None => Ok(input),
     }
 }

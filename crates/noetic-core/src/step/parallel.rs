@@ -200,7 +200,10 @@ pub(crate) async fn execute(
 ) -> Result<Value> {
     let mut paths = spec.paths.clone();
     if let Some(dynamic) = &spec.dynamic {
-        paths.extend(dynamic(&input, ctx)?);
+        let computed = dynamic(&input, ctx)?;
+        // Computed paths were not part of the tree checked before the run: check them now.
+        computed.iter().try_for_each(|node| node.validate())?;
+        paths.extend(computed);
     }
     let count = paths.len();
     if count == 0 {
@@ -275,7 +278,7 @@ pub(crate) async fn execute(
                     .collect::<Result<Vec<Value>>>()?;
                 merge(values)
             } else {
-                Err(fork_partial(step_id, results))
+                Err(fork_partial(step_id, results, next))
             }
         }
         Mode::Race => {
@@ -290,7 +293,7 @@ pub(crate) async fn execute(
                         None => Err(Error::cancelled(None)),
                     }
                 }
-                None => Err(fork_partial(step_id, results)),
+                None => Err(fork_partial(step_id, results, next)),
             }
         }
         Mode::Settle(merge) => {
@@ -317,19 +320,22 @@ pub(crate) async fn execute(
     }
 }
 
-fn fork_partial(step_id: &str, results: Vec<Option<Result<Value>>>) -> Error {
+/// `started` paths were started: those without a result were stopped mid-way, the others never ran.
+fn fork_partial(step_id: &str, results: Vec<Option<Result<Value>>>, started: usize) -> Error {
     let mut succeeded = Vec::new();
     let mut failed = Vec::new();
     for (index, result) in results.into_iter().enumerate() {
         match result {
             Some(Ok(_)) => succeeded.push(index),
             Some(Err(error)) => failed.push((index, Box::new(error))),
-            None => failed.push((
-                index,
-                Box::new(Error::cancelled(Some(
-                    "not run: a sibling path failed".to_owned(),
-                ))),
-            )),
+            None => {
+                let reason = if index < started {
+                    "stopped: a sibling path failed"
+                } else {
+                    "not run: a sibling path failed"
+                };
+                failed.push((index, Box::new(Error::cancelled(Some(reason.to_owned())))));
+            }
         }
     }
     Error::ForkPartial {

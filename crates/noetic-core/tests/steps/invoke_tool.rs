@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use noetic_core::{ContextOptions, FrameworkEvent, StepFailure, Tool, ToolContext, ToolError, invoke_tool};
+use noetic_core::{
+    ContextOptions, FrameworkEvent, StepFailure, Tool, ToolContext, ToolError, invoke_tool,
+};
 use noetic_test_support::EventLog;
 use serde_json::{Value, json};
 
@@ -22,7 +24,8 @@ fn adder(seen: &Record<Value>) -> Tool {
         move |args: Value, _ctx: ToolContext| {
             seen.lock().unwrap().push(args.clone());
             async move {
-                let sum = args["a"].as_i64().unwrap_or_default() + args["b"].as_i64().unwrap_or_default();
+                let sum =
+                    args["a"].as_i64().unwrap_or_default() + args["b"].as_i64().unwrap_or_default();
                 Ok::<_, ToolError>(json!({"sum": sum}))
             }
         },
@@ -54,7 +57,10 @@ async fn arguments_failing_the_schema_fail_the_step_without_calling_the_tool() {
     let step = invoke_tool::<Args, Value>("add", adder(&seen)).build();
     let input: Args = serde_json::from_value(json!({"a": "one", "b": 2})).unwrap();
 
-    let error = harness.run(&step, input, &root(&harness)).await.unwrap_err();
+    let error = harness
+        .run(&step, input, &root(&harness))
+        .await
+        .unwrap_err();
 
     let (step_id, cause) = step_failure(error);
     assert_eq!(step_id, "add");
@@ -81,7 +87,12 @@ async fn emits_tool_call_events_inside_the_step_events() {
 
     assert_eq!(
         log.framework_types(),
-        ["step_started", "tool_call_started", "tool_call_completed", "step_completed"]
+        [
+            "step_started",
+            "tool_call_started",
+            "tool_call_completed",
+            "step_completed"
+        ]
     );
     let completed = log
         .framework()
@@ -104,13 +115,16 @@ async fn a_failing_tool_fails_the_step_and_reports_the_error() {
     let harness = harness();
     let log = EventLog::new();
     let ctx = harness.create_context(ContextOptions::new().event_sink(log.sink()));
-    let broken = Tool::dynamic(
-        "broken",
-        "Always fails",
-        json!({"type": "object"}),
-        |_args: Value, _ctx: ToolContext| async move { Err::<Value, _>(ToolError::new("out of order")) },
-    )
-    .unwrap();
+    let broken =
+        Tool::dynamic(
+            "broken",
+            "Always fails",
+            json!({"type": "object"}),
+            |_args: Value, _ctx: ToolContext| async move {
+                Err::<Value, _>(ToolError::new("out of order"))
+            },
+        )
+        .unwrap();
     let step = invoke_tool::<Args, Value>("use-broken", broken).build();
 
     let error = harness.run(&step, Args::new(), &ctx).await.unwrap_err();
@@ -124,10 +138,13 @@ async fn a_failing_tool_fails_the_step_and_reports_the_error() {
         log.framework_types(),
         ["step_started", "tool_call_started", "tool_call_completed"]
     );
-    assert!(log.framework().contains(&FrameworkEvent::ToolCallCompleted {
-        name: "broken".to_owned(),
-        call_id: "use-broken".to_owned(),
-        error: true,
-        output: "Error: out of order".to_owned(),
-    }));
+    assert!(
+        log.framework()
+            .contains(&FrameworkEvent::ToolCallCompleted {
+                name: "broken".to_owned(),
+                call_id: "use-broken".to_owned(),
+                error: true,
+                output: "Error: out of order".to_owned(),
+            })
+    );
 }

@@ -10,8 +10,8 @@ use noetic_core::{
 use serde_json::{Value, json};
 
 use crate::support::{
-    Never, Record, cancelled_reason, count, counter, counting_inc, harness, record, recorded,
-    root, step_failure,
+    Never, Record, cancelled_reason, count, counter, counting_inc, harness, record, recorded, root,
+    step_failure,
 };
 
 /// Wraps a predicate so that every verdict it gives is recorded.
@@ -183,7 +183,10 @@ async fn all_of_nothing_stops_after_the_first_iteration() {
 
     assert_eq!(harness.run(&step, 0, &root(&harness)).await.unwrap(), 1);
     assert_eq!(count(&calls), 1);
-    assert_eq!(recorded(&verdicts), [Verdict::stop("All predicates satisfied")]);
+    assert_eq!(
+        recorded(&verdicts),
+        [Verdict::stop("All predicates satisfied")]
+    );
 }
 
 #[tokio::test]
@@ -218,10 +221,7 @@ async fn all_goes_on_while_one_predicate_goes_on() {
     assert_eq!(harness.run(&step, 0, &root(&harness)).await.unwrap(), 2);
     assert_eq!(
         recorded(&verdicts),
-        [
-            Verdict::go_on(),
-            Verdict::stop("a; Reached max steps (2)")
-        ]
+        [Verdict::go_on(), Verdict::stop("a; Reached max steps (2)")]
     );
 }
 
@@ -342,7 +342,9 @@ async fn max_tokens_stops_once_the_context_tokens_reach_the_limit() {
 async fn a_loop_without_until_is_an_invalid_step() {
     let harness = harness();
     let calls = counter();
-    let step = loop_step("no-until").step(counting_inc("inc", &calls)).build();
+    let step = loop_step("no-until")
+        .step(counting_inc("inc", &calls))
+        .build();
 
     let error = harness.run(&step, 0, &root(&harness)).await.unwrap_err();
 
@@ -416,4 +418,27 @@ async fn aborting_inside_the_body_stops_the_loop_with_cancelled() {
 
     assert_eq!(cancelled_reason(error).as_deref(), Some("enough"));
     assert_eq!(count(&calls), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_duration_stops_once_the_loop_has_run_long_enough() {
+    let harness = harness();
+    let calls = counter();
+    let slow = {
+        let calls = calls.clone();
+        run_code("slow", move |n: i64, _ctx: Context| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                Ok::<_, Never>(n + 1)
+            }
+        })
+    };
+    let step = loop_step("timed")
+        .step(slow)
+        .until(until::max_duration(std::time::Duration::from_secs(3)))
+        .build();
+
+    assert_eq!(harness.run(&step, 0, &root(&harness)).await.unwrap(), 3);
+    assert_eq!(count(&calls), 3);
 }

@@ -1,6 +1,8 @@
 //! Integration tests of the step variants, `until` predicates, hooks and contexts, through the public
 //! API only.
 
+#![allow(clippy::unwrap_used)] // test helpers and step bodies outside #[test] fns
+
 mod conditional;
 mod context;
 mod depth;

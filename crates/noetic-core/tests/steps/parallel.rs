@@ -8,15 +8,15 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
 use crate::support::{
-    Never, cancelled_reason, constant, count, counter, failing, fork_partial, harness, record,
-    recorded, root, slot, take,
+    Never, Record, cancelled_reason, constant, count, counter, failing, fork_partial, harness,
+    record, recorded, root, slot, take,
 };
 
 /// Returns `value` once `gate` is notified, then records `index` as finished.
 fn after(
     id: &str,
     gate: &Arc<Notify>,
-    finished: &Arc<std::sync::Mutex<Vec<usize>>>,
+    finished: &Record<usize>,
     index: usize,
     value: i64,
 ) -> Step<i64, i64> {
@@ -38,7 +38,7 @@ fn after(
 fn first(
     id: &str,
     gate: &Arc<Notify>,
-    finished: &Arc<std::sync::Mutex<Vec<usize>>>,
+    finished: &Record<usize>,
     index: usize,
     value: i64,
 ) -> Step<i64, i64> {
@@ -64,7 +64,11 @@ async fn all_merges_outputs_in_path_order_not_finish_order() {
 
     let output = harness.run(&step, 0, &root(&harness)).await.unwrap();
 
-    assert_eq!(recorded(&finished), [1, 0], "the second path finished first");
+    assert_eq!(
+        recorded(&finished),
+        [1, 0],
+        "the second path finished first"
+    );
     assert_eq!(output, [10, 20]);
 }
 
@@ -75,9 +79,10 @@ async fn all_runs_paths_computed_from_the_input() {
         .paths(|n: &i64, _ctx: &Context| {
             (1..=*n)
                 .map(|factor| {
-                    run_code(format!("times-{factor}"), move |n: i64, _ctx: Context| async move {
-                        Ok::<_, Never>(n * factor)
-                    })
+                    run_code(
+                        format!("times-{factor}"),
+                        move |n: i64, _ctx: Context| async move { Ok::<_, Never>(n * factor) },
+                    )
                     .build()
                 })
                 .collect()
@@ -137,7 +142,13 @@ async fn all_with_a_failing_path_is_fork_partial() {
 
     let (succeeded, failed) = fork_partial(error);
     assert_eq!(succeeded, [0]);
-    assert_eq!(failed, [(1, "STEP_FAILED"), (2, "CANCELLED")]);
+    assert_eq!(
+        failed,
+        [
+            (1, "STEP_FAILED".to_owned()),
+            (2, "CANCELLED: stopped: a sibling path failed".to_owned())
+        ]
+    );
 }
 
 #[tokio::test]
@@ -162,7 +173,13 @@ async fn all_never_starts_a_path_queued_behind_a_failure() {
 
     let (succeeded, failed) = fork_partial(error);
     assert!(succeeded.is_empty());
-    assert_eq!(failed, [(0, "STEP_FAILED"), (1, "CANCELLED")]);
+    assert_eq!(
+        failed,
+        [
+            (0, "STEP_FAILED".to_owned()),
+            (1, "CANCELLED: not run: a sibling path failed".to_owned())
+        ]
+    );
     assert_eq!(count(&calls), 0, "the queued path never ran");
 }
 
@@ -303,7 +320,10 @@ async fn race_where_every_path_fails_is_fork_partial() {
 
     let (succeeded, failed) = fork_partial(error);
     assert!(succeeded.is_empty());
-    assert_eq!(failed, [(0, "STEP_FAILED"), (1, "STEP_FAILED")]);
+    assert_eq!(
+        failed,
+        [(0, "STEP_FAILED".to_owned()), (1, "STEP_FAILED".to_owned())]
+    );
 }
 
 fn describe(outcomes: Vec<Settled<i64>>) -> Vec<String> {
@@ -347,7 +367,10 @@ async fn settle_reports_every_outcome_in_path_order() {
 
     let output = harness.run(&step, 0, &root(&harness)).await.unwrap();
 
-    assert_eq!(output, ["fulfilled slow-ok 1", "rejected fast-fail STEP_FAILED"]);
+    assert_eq!(
+        output,
+        ["fulfilled slow-ok 1", "rejected fast-fail STEP_FAILED"]
+    );
 }
 
 #[tokio::test]
@@ -384,18 +407,22 @@ async fn paths_get_a_copy_of_the_state_and_never_see_each_others_writes() {
     let states = harness.run(&step, 0, &ctx).await.unwrap();
 
     assert_eq!(states, [json!({"n": 0, "a": 1}), json!({"n": 0, "b": 2})]);
-    assert_eq!(ctx.state(), json!({"n": 0}), "`all` leaves the parent's state alone");
+    assert_eq!(
+        ctx.state(),
+        json!({"n": 0}),
+        "`all` leaves the parent's state alone"
+    );
 }
 
 #[tokio::test]
 async fn parent_aborted_mid_all_is_cancelled_not_fork_partial() {
     let harness = harness();
     let ctx = root(&harness);
-    let (started, mut started_rx) = mpsc::unbounded_channel::<()>();
+    let (started, mut started_rx) = mpsc::unbounded_channel::<Context>();
     let waits = |id: &str| {
         let started = started.clone();
         run_code(id, move |_: i64, ctx: Context| {
-            let _ = started.send(());
+            let _ = started.send(ctx.clone());
             async move {
                 ctx.cancelled().await;
                 Err::<i64, _>(Error::cancelled(ctx.abort_reason()))
@@ -408,13 +435,24 @@ async fn parent_aborted_mid_all_is_cancelled_not_fork_partial() {
         .path(waits("b"))
         .all(|outputs: Vec<i64>| outputs);
 
-    let (result, ()) = tokio::join!(harness.run(&step, 0, &ctx), async {
-        started_rx.recv().await;
-        started_rx.recv().await;
+    let (result, paths) = tokio::join!(harness.run(&step, 0, &ctx), async {
+        let a = started_rx.recv().await.unwrap();
+        let b = started_rx.recv().await.unwrap();
         ctx.abort(Some("user stop".to_owned()));
+        [a, b]
     });
 
-    assert_eq!(cancelled_reason(result.unwrap_err()).as_deref(), Some("user stop"));
+    assert_eq!(
+        cancelled_reason(result.unwrap_err()).as_deref(),
+        Some("user stop")
+    );
+    for path in paths {
+        assert_eq!(
+            path.abort_reason().as_deref(),
+            Some("user stop"),
+            "the paths keep the reason of the abort that stopped them"
+        );
+    }
 }
 
 #[tokio::test]
@@ -443,7 +481,10 @@ async fn parent_aborted_mid_settle_is_cancelled() {
         ctx.abort(Some("user stop".to_owned()));
     });
 
-    assert_eq!(cancelled_reason(result.unwrap_err()).as_deref(), Some("user stop"));
+    assert_eq!(
+        cancelled_reason(result.unwrap_err()).as_deref(),
+        Some("user stop")
+    );
 }
 
 #[tokio::test]
@@ -477,7 +518,9 @@ async fn paths_run_one_level_deeper_in_fresh_contexts() {
     let probe = |id: &str| {
         let seen = seen.clone();
         run_code(id, move |n: i64, ctx: Context| {
-            seen.lock().unwrap().push((ctx.depth(), ctx.id().to_owned()));
+            seen.lock()
+                .unwrap()
+                .push((ctx.depth(), ctx.id().to_owned()));
             async move { Ok::<_, Never>(n) }
         })
         .build()

@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use noetic_core::{
-    AgentHarness, Backoff, Context, Error, RetryPolicy, RunCodeBuilder, Step, StepFailure,
-    run_code,
+    AgentHarness, Backoff, Context, Error, RetryPolicy, RunCodeBuilder, Step, StepFailure, run_code,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -137,10 +136,7 @@ fn linear_and_fixed_delays() {
 
 #[test]
 fn a_policy_always_allows_one_attempt() {
-    assert_eq!(
-        RetryPolicy::new(0, Backoff::Fixed, ms(1)).max_attempts,
-        1
-    );
+    assert_eq!(RetryPolicy::new(0, Backoff::Fixed, ms(1)).max_attempts, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -253,7 +249,13 @@ async fn input_that_does_not_fit_the_step_type_is_a_type_mismatch() {
     let (step_id, cause) = step_failure(error);
     assert_eq!(step_id, "typed");
     assert!(
-        matches!(cause, StepFailure::TypeMismatch { direction: "input", .. }),
+        matches!(
+            cause,
+            StepFailure::TypeMismatch {
+                direction: "input",
+                ..
+            }
+        ),
         "{cause:?}"
     );
     assert_eq!(count(&calls), 0, "the body never runs, nor is retried");

@@ -1,6 +1,6 @@
 //! `sequence`: outputs chain through steps of different types.
 
-use noetic_core::{Context, sequence, run_code};
+use noetic_core::{Context, run_code, sequence};
 
 use crate::support::{Never, harness, root};
 
@@ -8,15 +8,19 @@ use crate::support::{Never, harness, root};
 async fn outputs_chain_through_steps_of_different_types() {
     let harness = harness();
     let step = sequence("describe-length")
-        .step(run_code("length", |text: String, _ctx: Context| async move {
-            Ok::<_, Never>(text.chars().count())
-        }))
+        .step(run_code(
+            "length",
+            |text: String, _ctx: Context| async move { Ok::<_, Never>(text.chars().count()) },
+        ))
         .step(run_code("is-even", |n: usize, _ctx: Context| async move {
-            Ok::<_, Never>(n % 2 == 0)
+            Ok::<_, Never>(n.is_multiple_of(2))
         }))
-        .step(run_code("describe", |even: bool, _ctx: Context| async move {
-            Ok::<_, Never>(if even { "even" } else { "odd" }.to_owned())
-        }))
+        .step(run_code(
+            "describe",
+            |even: bool, _ctx: Context| async move {
+                Ok::<_, Never>(if even { "even" } else { "odd" }.to_owned())
+            },
+        ))
         .build();
     let ctx = root(&harness);
 

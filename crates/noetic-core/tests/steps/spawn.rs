@@ -11,7 +11,7 @@ use noetic_core::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::support::{Never, NamedLayer, harness, layer_ids, root, slot, step_failure, take};
+use crate::support::{NamedLayer, Never, harness, layer_ids, root, slot, step_failure, take};
 
 /// What a child saw of its context.
 #[derive(Debug, PartialEq)]
@@ -31,7 +31,10 @@ async fn child_runs_one_level_deeper_with_a_fresh_id_empty_log_and_state_copy() 
         ContextOptions::new()
             .thread_id("thread-1")
             .state(json!({"k": 1}))
-            .items(vec![Item::user_text("earlier"), Item::assistant_text("reply")]),
+            .items(vec![
+                Item::user_text("earlier"),
+                Item::assistant_text("reply"),
+            ]),
     );
     let seen = slot();
     let child = {
@@ -208,5 +211,9 @@ async fn layers_given_to_spawn_replace_the_parent_layers() {
     harness.run(&step, 0, &ctx).await.unwrap();
 
     assert_eq!(take(&seen), ["child-layer", "other-layer"]);
-    assert_eq!(layer_ids(&ctx), ["parent-layer"], "the parent keeps its own");
+    assert_eq!(
+        layer_ids(&ctx),
+        ["parent-layer"],
+        "the parent keeps its own"
+    );
 }

@@ -8,40 +8,40 @@ use noetic_core::{
 };
 
 /// The error type of bodies that cannot fail.
-pub type Never = std::convert::Infallible;
+pub(crate) type Never = std::convert::Infallible;
 
 /// A harness without providers, hooks or layers.
-pub fn harness() -> AgentHarness {
+pub(crate) fn harness() -> AgentHarness {
     AgentHarness::builder("steps")
         .build()
         .expect("harness builds")
 }
 
 /// A fresh root context of `harness`.
-pub fn root(harness: &AgentHarness) -> Context {
+pub(crate) fn root(harness: &AgentHarness) -> Context {
     harness.create_context(ContextOptions::new())
 }
 
 /// A shared call counter.
-pub fn counter() -> Arc<AtomicUsize> {
+pub(crate) fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
 
 /// The value of a counter.
-pub fn count(counter: &AtomicUsize) -> usize {
+pub(crate) fn count(counter: &AtomicUsize) -> usize {
     counter.load(Ordering::SeqCst)
 }
 
 /// A slot a step body fills in, for the test to read afterwards.
-pub type Slot<T> = Arc<Mutex<Option<T>>>;
+pub(crate) type Slot<T> = Arc<Mutex<Option<T>>>;
 
 /// An empty slot.
-pub fn slot<T>() -> Slot<T> {
+pub(crate) fn slot<T>() -> Slot<T> {
     Arc::new(Mutex::new(None))
 }
 
 /// Takes what a body put in the slot.
-pub fn take<T>(slot: &Slot<T>) -> T {
+pub(crate) fn take<T>(slot: &Slot<T>) -> T {
     slot.lock()
         .unwrap()
         .take()
@@ -49,20 +49,20 @@ pub fn take<T>(slot: &Slot<T>) -> T {
 }
 
 /// A shared, ordered record.
-pub type Record<T> = Arc<Mutex<Vec<T>>>;
+pub(crate) type Record<T> = Arc<Mutex<Vec<T>>>;
 
 /// An empty record.
-pub fn record<T>() -> Record<T> {
+pub(crate) fn record<T>() -> Record<T> {
     Arc::new(Mutex::new(Vec::new()))
 }
 
 /// What was recorded so far.
-pub fn recorded<T: Clone>(record: &Record<T>) -> Vec<T> {
+pub(crate) fn recorded<T: Clone>(record: &Record<T>) -> Vec<T> {
     record.lock().unwrap().clone()
 }
 
 /// `n + 1`, counting its calls.
-pub fn counting_inc(id: &str, calls: &Arc<AtomicUsize>) -> Step<i64, i64> {
+pub(crate) fn counting_inc(id: &str, calls: &Arc<AtomicUsize>) -> Step<i64, i64> {
     let calls = calls.clone();
     run_code(id, move |n: i64, _ctx: Context| {
         calls.fetch_add(1, Ordering::SeqCst);
@@ -72,12 +72,15 @@ pub fn counting_inc(id: &str, calls: &Arc<AtomicUsize>) -> Step<i64, i64> {
 }
 
 /// A step that returns `value` whatever its input.
-pub fn constant(id: &str, value: i64) -> Step<i64, i64> {
-    run_code(id, move |_: i64, _ctx: Context| async move { Ok::<_, Never>(value) }).build()
+pub(crate) fn constant(id: &str, value: i64) -> Step<i64, i64> {
+    run_code(id, move |_: i64, _ctx: Context| async move {
+        Ok::<_, Never>(value)
+    })
+    .build()
 }
 
 /// A step that always fails with a user error.
-pub fn failing(id: &str) -> Step<i64, i64> {
+pub(crate) fn failing(id: &str) -> Step<i64, i64> {
     let message = format!("{id} failed");
     run_code(id, move |_: i64, _ctx: Context| {
         let message = message.clone();
@@ -87,7 +90,7 @@ pub fn failing(id: &str) -> Step<i64, i64> {
 }
 
 /// Unwraps `STEP_FAILED` into its step id and cause.
-pub fn step_failure(error: Error) -> (String, StepFailure) {
+pub(crate) fn step_failure(error: Error) -> (String, StepFailure) {
     assert_eq!(error.code(), "STEP_FAILED", "unexpected error: {error}");
     match error {
         Error::StepFailed { step_id, cause } => (step_id, cause),
@@ -95,8 +98,9 @@ pub fn step_failure(error: Error) -> (String, StepFailure) {
     }
 }
 
-/// Unwraps `FORK_PARTIAL` into the succeeded indexes and the failed indexes with their error codes.
-pub fn fork_partial(error: Error) -> (Vec<usize>, Vec<(usize, &'static str)>) {
+/// Unwraps `FORK_PARTIAL` into the succeeded indexes and the failed indexes with their error codes
+/// (`CANCELLED` ones with their reason: `CANCELLED: <reason>`).
+pub(crate) fn fork_partial(error: Error) -> (Vec<usize>, Vec<(usize, String)>) {
     assert_eq!(error.code(), "FORK_PARTIAL", "unexpected error: {error}");
     match error {
         Error::ForkPartial {
@@ -105,7 +109,15 @@ pub fn fork_partial(error: Error) -> (Vec<usize>, Vec<(usize, &'static str)>) {
             succeeded,
             failed
                 .into_iter()
-                .map(|(index, error)| (index, error.code()))
+                .map(|(index, error)| {
+                    let summary = match *error {
+                        Error::Cancelled {
+                            reason: Some(reason),
+                        } => format!("CANCELLED: {reason}"),
+                        other => other.code().to_owned(),
+                    };
+                    (index, summary)
+                })
                 .collect(),
         ),
         other => panic!("expected ForkPartial, got {other:?}"),
@@ -113,7 +125,7 @@ pub fn fork_partial(error: Error) -> (Vec<usize>, Vec<(usize, &'static str)>) {
 }
 
 /// The abort reason of a `CANCELLED` error.
-pub fn cancelled_reason(error: Error) -> Option<String> {
+pub(crate) fn cancelled_reason(error: Error) -> Option<String> {
     assert_eq!(error.code(), "CANCELLED", "unexpected error: {error}");
     match error {
         Error::Cancelled { reason } => reason,
@@ -122,7 +134,7 @@ pub fn cancelled_reason(error: Error) -> Option<String> {
 }
 
 /// A layer that only has an id.
-pub struct NamedLayer(pub &'static str);
+pub(crate) struct NamedLayer(pub(crate) &'static str);
 
 impl ContextLayer for NamedLayer {
     fn id(&self) -> &str {
@@ -131,7 +143,7 @@ impl ContextLayer for NamedLayer {
 }
 
 /// The ids of a context's layers, in order.
-pub fn layer_ids(ctx: &Context) -> Vec<String> {
+pub(crate) fn layer_ids(ctx: &Context) -> Vec<String> {
     ctx.layers()
         .iter()
         .map(|layer| layer.id().to_owned())
