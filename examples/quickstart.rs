@@ -1,52 +1,44 @@
 //! The quick start: a research assistant with a search tool.
 //!
 //! ```text
-//! cargo run --example quickstart                 # offline, with the scripted demo model
+//! cargo run --example quickstart                 # offline, with the demo model
 //! cargo run --example quickstart -- "your task"  # a task of your own
+//! OPENROUTER_API_KEY=sk-or-... cargo run --example quickstart   # a real model through OpenRouter
 //! ```
 //!
-//! The model calls `search` once, reads the result and answers: two model requests in all.
+//! The model calls `search` once, reads the result and answers: two model requests in all. Without a
+//! key it talks to the offline demo model, a deterministic OpenResponses server on 127.0.0.1 inside this
+//! process, over the same HTTP path as a real provider.
 
 use noetic_core::{AgentHarness, ContextOptions};
 use noetic_examples::quickstart::agent;
-use noetic_test_support::{ScriptedModel, ScriptedResponse};
-
-/// An offline stand-in for a real model: with tools offered and no tool output yet, it calls the first
-/// tool with the user's message as the query; otherwise it answers from the tool outputs it sees.
-fn offline_demo_model() -> ScriptedModel {
-    ScriptedModel::responding(|request| {
-        let outputs = request.tool_outputs();
-        match (request.tools.first(), outputs.is_empty()) {
-            (Some(tool), true) => {
-                let query = request.user_texts().last().cloned().unwrap_or_default();
-                ScriptedResponse::tool_call(
-                    "call_demo_1",
-                    tool,
-                    serde_json::json!({ "query": query }),
-                )
-            }
-            _ => ScriptedResponse::text(&format!("Here is what I found. {}", outputs.join(" "))),
-        }
-    })
-}
+use noetic_providers::{DemoModel, OpenRouter};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let task = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "Find recent AI news".to_owned());
-    if std::env::var_os("OPENROUTER_API_KEY").is_some() {
-        eprintln!(
-            "note: OPENROUTER_API_KEY is set, but the HTTP providers are not built yet; using the offline demo model"
-        );
+    let model = std::env::var("NOETIC_MODEL").unwrap_or_else(|_| "openai/gpt-4o".to_owned());
+
+    // Keep the demo server alive for the whole run: it stops when dropped.
+    let mut _demo = None;
+    let builder = AgentHarness::builder("researcher");
+    let builder = if std::env::var("OPENROUTER_API_KEY").is_ok_and(|key| !key.trim().is_empty()) {
+        eprintln!("note: using OpenRouter with model {model}");
+        builder.provider("openrouter", OpenRouter::from_env()?)
     } else {
-        eprintln!("note: no OPENROUTER_API_KEY set; using the offline demo model");
-    }
-    let agent = agent("openai/gpt-4o");
-    let harness = AgentHarness::builder("researcher")
-        .agent_graph(agent.clone())
-        .provider("demo", offline_demo_model())
-        .build()?;
+        let demo = DemoModel::start().await?;
+        eprintln!(
+            "note: no OPENROUTER_API_KEY set; using the offline demo model at {}",
+            demo.base_url()
+        );
+        let provider = demo.provider()?;
+        _demo = Some(demo);
+        builder.provider("demo", provider)
+    };
+    let agent = agent(&model);
+    let harness = builder.agent_graph(agent.clone()).build()?;
     let ctx = harness.create_context(ContextOptions::new());
     let answer = harness.run(&agent, task, &ctx).await?;
     println!("{answer}");

@@ -4,12 +4,17 @@
 //!   each a list of OpenResponses events, and records every request it receives. For testing steps and
 //!   sessions, never for testing providers (those are tested over HTTP against a mock server).
 //! - [`EventLog`]: an [`noetic_core::EventSink`] that keeps every event, for assertions.
+//! - [`MockServer`]: an HTTP server on `127.0.0.1:0` that answers provider requests with queued
+//!   [`MockReply`]s in the real wire format (SSE or JSON), with re-chunking, pacing and faults, and records
+//!   every request. For testing the real HTTP providers, and for benchmarks.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
 mod events;
+mod mock_server;
 mod scripted;
 
 pub use events::EventLog;
+pub use mock_server::{MockReply, MockServer, RecordedHttpRequest};
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};
 
 use std::path::PathBuf;

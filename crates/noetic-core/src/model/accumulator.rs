@@ -60,8 +60,8 @@ struct Slot {
 
 /// Folds [`ResponseEvent`]s into a [`ModelResponse`].
 ///
-/// Items come from `output_item.done` events, reconciled with the terminal snapshot's `output` when it
-/// has one (the snapshot wins: OpenRouter's item ids may change between the two). Items still open at
+/// Items come from `output_item.done` events; positions the stream never closed are filled from the
+/// terminal snapshot's `output` when it has one. Items still open at
 /// the end (an `incomplete` response often stops mid-item) are closed from their deltas and marked
 /// `status: incomplete`.
 #[derive(Debug, Default)]
@@ -197,7 +197,7 @@ impl ResponseAccumulator {
         let items = if snapshot.output.is_empty() {
             close_slots(slots, status == ResponseStatus::Incomplete)
         } else {
-            snapshot.output
+            merge_with_snapshot(slots, snapshot.output)
         };
         let error = snapshot.error.or_else(|| {
             error.map(|(code, message)| match code {
@@ -216,6 +216,25 @@ impl ResponseAccumulator {
             incomplete_reason: snapshot.incomplete_reason,
         })
     }
+}
+
+/// Final items when the terminal snapshot lists the output: each position takes the item closed by its
+/// `output_item.done` event when there was one (that is the value clients replay: OpenAI re-encrypts
+/// reasoning between the two, and the captured follow-up requests carry the `.done` value), else the
+/// snapshot's item (a response cut short by `incomplete` often never closes its last item).
+fn merge_with_snapshot(slots: Vec<Slot>, snapshot: Vec<Item>) -> Vec<Item> {
+    let mut done: Vec<Option<Item>> = slots.into_iter().map(|slot| slot.done).collect();
+    let count = done.len().max(snapshot.len());
+    let mut snapshot = snapshot.into_iter();
+    let mut items = Vec::with_capacity(count);
+    for index in 0..count {
+        let from_snapshot = snapshot.next();
+        match done.get_mut(index).and_then(Option::take) {
+            Some(item) => items.push(item),
+            None => items.extend(from_snapshot),
+        }
+    }
+    items
 }
 
 /// Final items from the slots: closed ones as closed, open ones rebuilt from their deltas.

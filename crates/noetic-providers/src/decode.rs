@@ -1,0 +1,25 @@
+//! The seam between the byte stream and the framework's events: SSE framing is shared, the JSON
+//! inside each event is decoded by a wire-specific [`WireDecoder`].
+
+use noetic_core::ResponseEvent;
+
+use crate::error::ProviderError;
+
+/// Turns the data of each SSE event of one response into OpenResponses events.
+///
+/// One decoder serves one response (one round) and may keep state between events (the Chat
+/// Completions translation does: it assembles items from deltas).
+pub(crate) trait WireDecoder: Send + 'static {
+    /// Decodes one SSE event's data (`[DONE]` included), appending the resulting events to `out`.
+    ///
+    /// # Errors
+    /// [`ProviderError::Event`] for data that is not valid for this wire format.
+    fn decode(&mut self, data: &str, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError>;
+
+    /// The byte stream ended: append whatever closing events the wire implies (nothing when the
+    /// response never finished: a missing terminal event is reported by the accumulator).
+    ///
+    /// # Errors
+    /// As for [`WireDecoder::decode`].
+    fn finish(&mut self, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError>;
+}

@@ -1,0 +1,42 @@
+//! # noetic-providers
+//!
+//! Streaming model providers for noetic, implementing [`noetic_core::ModelProvider`] over HTTP:
+//!
+//! - [`OpenResponses`]: `POST {base}/responses` with `stream: true`, for [`OpenRouter`]
+//!   (`OPENROUTER_API_KEY`), [`OpenAI`] (`OPENAI_API_KEY`) and any compatible server.
+//! - [`ChatCompletions`]: `POST {base}/chat/completions` for OpenAI-compatible servers (vLLM,
+//!   llama.cpp, Ollama, OpenRouter's chat endpoint), translated into the same OpenResponses events.
+//! - [`DemoModel`]: the offline demo model, a deterministic OpenResponses server on 127.0.0.1 inside the
+//!   process, so examples and the CLI run with no key through the same HTTP path as a real provider.
+//!
+//! Requests that fail before their response starts (429, 5xx, connection failures) are retried with
+//! backoff honouring `Retry-After`; a stream that has started is never re-sent. API keys never appear in
+//! `Debug` output, errors or logs.
+//!
+//! ```no_run
+//! use noetic_core::AgentHarness;
+//! use noetic_providers::OpenRouter;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let harness = AgentHarness::builder("agent").provider("openrouter", OpenRouter::from_env()?).build()?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod chat;
+mod decode;
+mod demo;
+mod error;
+mod http;
+mod responses;
+mod secret;
+mod sse;
+mod stream;
+
+pub use chat::{ChatCompletions, ChatCompletionsBuilder};
+pub use demo::{DEMO_MODEL_ID, DemoModel};
+pub use error::{CODES, ProviderError};
+pub use http::RetryConfig;
+pub use responses::{
+    OPENAI_BASE_URL, OPENROUTER_BASE_URL, OpenAI, OpenResponses, OpenResponsesBuilder, OpenRouter,
+};
+pub use sse::{DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseEvent};

@@ -1,0 +1,427 @@
+//! The OpenResponses wire format: request bodies out, stream events in.
+
+use std::borrow::Cow;
+
+use noetic_core::item::Item;
+use noetic_core::model::{ModelRequest, ReasoningKind, ResponseSnapshot, ResponseStatus};
+use noetic_core::{ResponseEvent, TokenUsage};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::error::ProviderError;
+
+/// Settings that shape the request body beyond the round's own request.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyOptions {
+    /// `store` (OpenAI keeps responses server-side unless told not to).
+    pub(crate) store: Option<bool>,
+    /// `include` (e.g. `reasoning.encrypted_content`, needed to replay reasoning with `store: false`).
+    pub(crate) include: Vec<String>,
+    /// Extra top-level fields, merged last (`reasoning`, `provider`, …).
+    pub(crate) extra: Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    input: &'a [Item],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<FunctionTool<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<TextOptions<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<bool>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    include: &'a [String],
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+struct TextOptions<'a> {
+    format: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+/// Serializes a round's request as a streaming `POST /responses` body.
+pub(crate) fn request_body(
+    request: &ModelRequest<'_>,
+    options: &BodyOptions,
+) -> Result<Vec<u8>, ProviderError> {
+    let body = Body {
+        model: request.model,
+        instructions: request.instructions,
+        input: request.input,
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| FunctionTool {
+                kind: "function",
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+                strict: false,
+            })
+            .collect(),
+        stream: true,
+        temperature: request.params.temperature,
+        top_p: request.params.top_p,
+        max_output_tokens: request.params.max_output_tokens,
+        text: request.output.map(|output| TextOptions {
+            format: JsonSchemaFormat {
+                kind: "json_schema",
+                name: &output.name,
+                schema: &output.schema,
+                strict: false,
+            },
+        }),
+        store: options.store,
+        include: &options.include,
+        extra: &options.extra,
+    };
+    serde_json::to_vec(&body).map_err(|error| ProviderError::InvalidConfig {
+        field: "request",
+        message: error.to_string(),
+    })
+}
+
+/// The fields of a stream event that the framework reads, borrowed from the event's JSON.
+#[derive(Deserialize)]
+struct Header<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    output_index: Option<u32>,
+    #[serde(default)]
+    content_index: Option<u32>,
+    #[serde(default)]
+    summary_index: Option<u32>,
+    #[serde(default, borrow)]
+    delta: Option<Cow<'a, str>>,
+    #[serde(default)]
+    arguments: Option<String>,
+    #[serde(default, borrow)]
+    item: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    response: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// The event types the framework interprets; every other type is passed through.
+const INTERPRETED: &[&str] = &[
+    "response.created",
+    "response.output_item.added",
+    "response.output_text.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning.delta",
+    "response.reasoning_summary_text.delta",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+/// Parses one event's data. `Ok(None)` for the `[DONE]` terminator.
+///
+/// # Errors
+/// [`ProviderError::Event`] when the data is not JSON, or when an interpreted event lacks a field it
+/// needs; unknown event types never fail.
+pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderError> {
+    if data == "[DONE]" {
+        return Ok(None);
+    }
+    let header: Header<'_> = match serde_json::from_str(data) {
+        Ok(header) => header,
+        Err(error) => return other_event(data, error),
+    };
+    let kind = header.kind.as_ref();
+    let need_index = || {
+        header
+            .output_index
+            .ok_or_else(|| ProviderError::event(kind, "missing `output_index`", data))
+    };
+    let need_delta = || {
+        header
+            .delta
+            .as_deref()
+            .map(str::to_owned)
+            .ok_or_else(|| ProviderError::event(kind, "missing `delta`", data))
+    };
+    let need_item = || -> Result<Item, ProviderError> {
+        let raw = header
+            .item
+            .ok_or_else(|| ProviderError::event(kind, "missing `item`", data))?;
+        serde_json::from_str(raw.get())
+            .map_err(|error| ProviderError::event(kind, format!("bad `item`: {error}"), data))
+    };
+    let event = match kind {
+        "response.created" => {
+            let (response_id, model) = match header.response {
+                Some(raw) => {
+                    let head: ResponseHead = serde_json::from_str(raw.get()).map_err(|error| {
+                        ProviderError::event(kind, format!("bad `response`: {error}"), data)
+                    })?;
+                    (head.id, head.model)
+                }
+                None => (None, None),
+            };
+            ResponseEvent::Created { response_id, model }
+        }
+        "response.output_item.added" => ResponseEvent::OutputItemAdded {
+            output_index: need_index()?,
+            item: need_item()?,
+        },
+        "response.output_item.done" => ResponseEvent::OutputItemDone {
+            output_index: need_index()?,
+            item: need_item()?,
+        },
+        "response.output_text.delta" => ResponseEvent::OutputTextDelta {
+            output_index: need_index()?,
+            content_index: header.content_index.unwrap_or(0),
+            delta: need_delta()?,
+        },
+        "response.reasoning_text.delta" | "response.reasoning.delta" => {
+            ResponseEvent::ReasoningDelta {
+                kind: ReasoningKind::Text,
+                output_index: need_index()?,
+                part_index: header.content_index.unwrap_or(0),
+                delta: need_delta()?,
+            }
+        }
+        "response.reasoning_summary_text.delta" => ResponseEvent::ReasoningDelta {
+            kind: ReasoningKind::Summary,
+            output_index: need_index()?,
+            part_index: header.summary_index.unwrap_or(0),
+            delta: need_delta()?,
+        },
+        "response.function_call_arguments.delta" => ResponseEvent::FunctionCallArgumentsDelta {
+            output_index: need_index()?,
+            delta: need_delta()?,
+        },
+        "response.function_call_arguments.done" => ResponseEvent::FunctionCallArgumentsDone {
+            output_index: need_index()?,
+            arguments: header
+                .arguments
+                .ok_or_else(|| ProviderError::event(kind, "missing `arguments`", data))?,
+        },
+        "response.completed" | "response.incomplete" | "response.failed" => {
+            let status = match kind {
+                "response.completed" => ResponseStatus::Completed,
+                "response.incomplete" => ResponseStatus::Incomplete,
+                _ => ResponseStatus::Failed,
+            };
+            let raw = header
+                .response
+                .ok_or_else(|| ProviderError::event(kind, "missing `response`", data))?;
+            let wire: WireResponse = serde_json::from_str(raw.get()).map_err(|error| {
+                ProviderError::event(kind, format!("bad `response`: {error}"), data)
+            })?;
+            ResponseEvent::Finished(Box::new(wire.into_snapshot(Some(status))))
+        }
+        "error" => {
+            let (code, message) = match header.error {
+                Some(raw) => {
+                    let error: WireError = serde_json::from_str(raw.get()).map_err(|error| {
+                        ProviderError::event(kind, format!("bad `error`: {error}"), data)
+                    })?;
+                    (
+                        error.code.and_then(code_text),
+                        error.message.unwrap_or_default(),
+                    )
+                }
+                None => (
+                    header.code.and_then(code_text),
+                    header.message.unwrap_or_default(),
+                ),
+            };
+            ResponseEvent::Error { code, message }
+        }
+        _ => ResponseEvent::Other {
+            event_type: kind.to_owned(),
+            data: parse_value(kind, data)?,
+        },
+    };
+    Ok(Some(event))
+}
+
+/// An event whose fields did not fit the header: fine for a type we pass through, an error for one we
+/// interpret.
+fn other_event(
+    data: &str,
+    header_error: serde_json::Error,
+) -> Result<Option<ResponseEvent>, ProviderError> {
+    let value: Value =
+        serde_json::from_str(data).map_err(|error| ProviderError::event("unknown", error, data))?;
+    let kind = value
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    if INTERPRETED.contains(&kind.as_str()) || kind == "unknown" {
+        return Err(ProviderError::event(&kind, header_error, data));
+    }
+    Ok(Some(ResponseEvent::Other {
+        event_type: kind,
+        data: value,
+    }))
+}
+
+fn parse_value(kind: &str, data: &str) -> Result<Value, ProviderError> {
+    serde_json::from_str(data).map_err(|error| ProviderError::event(kind, error, data))
+}
+
+fn code_text(code: Value) -> Option<String> {
+    match code {
+        Value::Null => None,
+        Value::String(text) => Some(text),
+        other => Some(other.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct ResponseHead {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// A response object (the terminal event's snapshot, or a non-streaming body).
+#[derive(Deserialize)]
+pub(crate) struct WireResponse {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    output: Vec<Item>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<WireError>,
+    #[serde(default)]
+    incomplete_details: Option<IncompleteDetails>,
+}
+
+impl WireResponse {
+    /// The snapshot, with `status` from the event type when given (else from the body).
+    pub(crate) fn into_snapshot(self, status: Option<ResponseStatus>) -> ResponseSnapshot {
+        let status = status.or(match self.status.as_deref() {
+            Some("completed") => Some(ResponseStatus::Completed),
+            Some("incomplete") => Some(ResponseStatus::Incomplete),
+            Some("failed" | "cancelled") => Some(ResponseStatus::Failed),
+            _ => None,
+        });
+        let cost = self.usage.as_ref().and_then(|usage| usage.cost);
+        ResponseSnapshot {
+            id: self.id,
+            model: self.model,
+            status,
+            output: self.output,
+            usage: self.usage.map(WireUsage::into_usage),
+            cost,
+            error: self.error.map(
+                |error| match (error.code.and_then(code_text), error.message) {
+                    (Some(code), Some(message)) => format!("{code}: {message}"),
+                    (None, Some(message)) => message,
+                    (Some(code), None) => code,
+                    (None, None) => "unknown error".to_owned(),
+                },
+            ),
+            incomplete_reason: self.incomplete_details.and_then(|details| details.reason),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WireError {
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct IncompleteDetails {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    input_tokens_details: Option<InputDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<OutputDetails>,
+    #[serde(default)]
+    cost: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct OutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn into_usage(self) -> TokenUsage {
+        TokenUsage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cached_tokens: self
+                .input_tokens_details
+                .and_then(|details| details.cached_tokens),
+            reasoning_tokens: self
+                .output_tokens_details
+                .and_then(|details| details.reasoning_tokens),
+        }
+    }
+}

@@ -1,0 +1,843 @@
+//! A mock model-provider HTTP server speaking the real wire format, for testing the reqwest-based
+//! providers end to end and for benchmarks.
+//!
+//! [`MockServer::start`] binds `127.0.0.1:0` and serves on a spawned tokio task until the last handle is
+//! dropped. Every `POST` under `/v1` (`/v1/responses`, `/v1/chat/completions`, …) takes the next queued
+//! [`MockReply`], or the fallback, or gets a 500. Replies can be re-chunked, paced and broken on purpose
+//! (stall, abrupt disconnect, missing terminal event, malformed or oversized event) to test how a client
+//! copes with what real servers do.
+//!
+//! Replies are turned into a ready-to-send plan when queued, so serving one costs a few `Arc` clones: the
+//! server can sustain thousands of concurrent streams, and no lock is held while a body streams.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use axum::serve::ListenerExt;
+use bytes::{Bytes, BytesMut};
+use futures_util::stream;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The largest request body the server reads (larger ones get a 413 and are recorded with a `Null` body).
+const MAX_REQUEST_BODY: usize = 64 * 1024 * 1024;
+
+/// How often a body about to abort yields to let hyper flush what it sent before.
+const FLUSH_YIELDS_BEFORE_ABORT: usize = 8;
+
+/// The types of the events that end a Responses stream.
+const TERMINAL_EVENT_TYPES: [&str; 3] = [
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+];
+
+/// A running mock provider server; clones share it, and it stops when the last clone is dropped.
+///
+/// Routes: `GET /v1/models` answers `{"data": []}`; any `POST` under `/v1` takes a reply (the queue,
+/// then the fallback, then a 500 `"mock server has no reply queued"`); anything else is a 404. Every
+/// request, whatever its route, is recorded before it is answered.
+///
+/// # Examples
+///
+/// ```
+/// use noetic_test_support::{MockReply, MockServer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let server = MockServer::start().await;
+/// server.push(MockReply::fixture("openai-responses.text.gpt-4o-mini.sse").chunk_size(7));
+/// server.push(MockReply::json(429, serde_json::json!({"error": {"message": "slow down"}})).header("retry-after", "1"));
+/// assert!(server.base_url().starts_with("http://127.0.0.1:"));
+/// // Point a provider at `server.base_url()`, run it, then inspect `server.requests()`.
+/// assert_eq!(server.request_count(), 0);
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct MockServer {
+    handle: Arc<Handle>,
+}
+
+/// An HTTP request as the mock server received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedHttpRequest {
+    /// The method, e.g. `"POST"`.
+    pub method: String,
+    /// The path without the query, e.g. `"/v1/responses"`.
+    pub path: String,
+    /// The headers in arrival order, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON; a `Value::String` of the raw text (lossy UTF-8) if it is not JSON;
+    /// `Value::Null` if it is empty or was too large to read.
+    pub body: Value,
+}
+
+/// One canned HTTP response: status, headers, body, pacing and faults. Build it with a constructor
+/// ([`sse`](Self::sse), [`sse_events`](Self::sse_events), [`fixture`](Self::fixture),
+/// [`json`](Self::json)) and chain the `mut self` setters.
+///
+/// The faults split the body at SSE event boundaries (blank lines). An *event* is a block with at least
+/// one `data` line; comment-only blocks (`: OPENROUTER PROCESSING`) travel with the event after them.
+/// They apply in this order: [`without_terminal_event`](Self::without_terminal_event), then the
+/// insertions ([`malformed_line_after_events`](Self::malformed_line_after_events), then
+/// [`oversized_event_after_events`](Self::oversized_event_after_events), both counted in the original
+/// events), then the cut ([`stall_after_events`](Self::stall_after_events) or
+/// [`drop_after_events`](Self::drop_after_events), counted in the events as sent, inserted ones included).
+#[derive(Clone)]
+#[must_use]
+pub struct MockReply {
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Bytes,
+    chunk_size: Option<usize>,
+    delay_between_chunks: Option<Duration>,
+    without_terminal_event: bool,
+    malformed_after: Option<usize>,
+    oversized_after: Option<(usize, usize)>,
+    cut: Option<(usize, Ending)>,
+}
+
+impl MockServer {
+    /// Binds `127.0.0.1:0` and serves on a spawned tokio task, which stops (gracefully: stalled streams
+    /// are aborted, idle connections closed) when the last handle is dropped.
+    ///
+    /// # Panics
+    ///
+    /// If no tokio runtime is running, or the loopback port cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future before it resolves drops the listener; nothing is served.
+    pub async fn start() -> MockServer {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap_or_else(|error| panic!("mock server: cannot bind 127.0.0.1:0: {error}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|error| panic!("mock server: no local address: {error}"));
+        let (shutdown_sender, shutdown) = watch::channel(());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(ReplyState::default()),
+            requests: Mutex::new(Vec::new()),
+            request_count: watch::channel(0).0,
+            shutdown: shutdown.clone(),
+        });
+        let router = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&shared));
+        // Without TCP_NODELAY, Nagle's algorithm holds back small chunks for up to a delayed-ACK period.
+        let listener = listener.tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
+        let mut signal = shutdown;
+        let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+            // Resolves with an error once the last `MockServer` handle drops the sender.
+            let _ = signal.changed().await;
+        });
+        // The task ends by itself once the handle is dropped (see `Handle::shutdown`).
+        tokio::spawn(async move {
+            let _ = server.await;
+        });
+        MockServer {
+            handle: Arc::new(Handle {
+                shared,
+                address,
+                _shutdown: shutdown_sender,
+            }),
+        }
+    }
+
+    /// The base URL to configure a provider with: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.handle.address)
+    }
+
+    /// The socket address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.handle.address
+    }
+
+    /// Queues `reply`; each `POST` under `/v1` takes the next one, in order.
+    pub fn push(&self, reply: MockReply) {
+        let plan = Arc::new(reply.into_plan());
+        self.handle.shared.replies().queue.push_back(plan);
+    }
+
+    /// Computes each reply from its request while the queue is empty (before the fallback). For
+    /// conversations whose next reply depends on what the client sent, such as a tool loop served to many
+    /// concurrent clients.
+    pub fn set_responder(
+        &self,
+        responder: impl Fn(&RecordedHttpRequest) -> MockReply + Send + Sync + 'static,
+    ) {
+        self.handle.shared.replies().responder = Some(Arc::new(responder));
+    }
+
+    /// Stops keeping requests for [`MockServer::requests`] (they are still counted), so a long
+    /// benchmark does not grow the server's memory.
+    pub fn forget_requests(&self) {
+        self.handle.shared.replies().forget_requests = true;
+    }
+
+    /// Sets the reply used (again and again) while the queue is empty, replacing any earlier fallback.
+    pub fn set_fallback(&self, reply: MockReply) {
+        let plan = Arc::new(reply.into_plan());
+        self.handle.shared.replies().fallback = Some(plan);
+    }
+
+    /// Every request received so far, in arrival order, on any route.
+    pub fn requests(&self) -> Vec<RecordedHttpRequest> {
+        lock(&self.handle.shared.requests).clone()
+    }
+
+    /// How many requests have been received so far, on any route.
+    pub fn request_count(&self) -> usize {
+        *self.handle.shared.request_count.borrow()
+    }
+
+    /// Resolves once at least `n` requests have been received (at once if they already have). Each one
+    /// is in [`requests`](Self::requests) by then.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only watches a counter.
+    pub async fn wait_for_requests(&self, n: usize) {
+        let mut count = self.handle.shared.request_count.subscribe();
+        // The sender lives in `Shared`, which `self` keeps alive, so this cannot fail.
+        let _ = count.wait_for(|count| *count >= n).await;
+    }
+}
+
+impl fmt::Debug for MockServer {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("MockServer")
+            .field("base_url", &self.base_url())
+            .field("request_count", &self.request_count())
+            .finish()
+    }
+}
+
+impl RecordedHttpRequest {
+    /// The first value of the header `name` (case-insensitive), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(header, _)| header.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+impl MockReply {
+    /// A 200 `text/event-stream` reply whose body is sent as given (already SSE-framed).
+    pub fn sse(body: impl Into<Bytes>) -> Self {
+        Self::new(StatusCode::OK, "text/event-stream", body.into())
+    }
+
+    /// A 200 `text/event-stream` reply framing each event as `data: <json>\n\n`, then `data: [DONE]\n\n`.
+    pub fn sse_events(events: impl IntoIterator<Item = Value>) -> Self {
+        let mut body = BytesMut::new();
+        for event in events {
+            push_data_event(&mut body, event.to_string().as_bytes());
+        }
+        push_data_event(&mut body, b"[DONE]");
+        Self::sse(body.freeze())
+    }
+
+    /// A reply from the fixture file `name` in [`crate::fixtures_dir`]: a `.sse` file is sent as is, a
+    /// `.jsonl` file is re-framed line by line as `data: <line>\n\n` (no `[DONE]`, blank lines skipped),
+    /// a `.json` file is sent byte for byte as `application/json` with status 200.
+    ///
+    /// # Panics
+    ///
+    /// If the file cannot be read or its extension is none of those three (a bug in the test).
+    pub fn fixture(name: &str) -> Self {
+        let path = crate::fixtures_dir().join(name);
+        let contents = std::fs::read(&path).unwrap_or_else(|error| {
+            panic!(
+                "mock server: cannot read fixture {}: {error}",
+                path.display()
+            )
+        });
+        match path.extension().and_then(|extension| extension.to_str()) {
+            Some("sse") => Self::sse(contents),
+            Some("jsonl") => {
+                let mut body = BytesMut::with_capacity(contents.len() + contents.len() / 8);
+                for line in contents.split(|byte| *byte == b'\n') {
+                    let line = line.strip_suffix(b"\r").unwrap_or(line);
+                    if !line.is_empty() {
+                        push_data_event(&mut body, line);
+                    }
+                }
+                Self::sse(body.freeze())
+            }
+            Some("json") => Self::new(StatusCode::OK, "application/json", contents.into()),
+            _ => panic!(
+                "mock server: fixture {name} is neither .sse, .jsonl nor .json (its format is unknown)"
+            ),
+        }
+    }
+
+    /// A plain `application/json` reply, e.g. an error: `MockReply::json(401, json!({"error": …}))`.
+    ///
+    /// # Panics
+    ///
+    /// If `status` is not a valid HTTP status code (100–999).
+    pub fn json(status: u16, body: Value) -> Self {
+        Self::new(
+            status_code(status),
+            "application/json",
+            body.to_string().into(),
+        )
+    }
+
+    /// Sets the status code.
+    ///
+    /// # Panics
+    ///
+    /// If `status` is not a valid HTTP status code (100–999).
+    pub fn status(mut self, status: u16) -> Self {
+        self.status = status_code(status);
+        self
+    }
+
+    /// Sets a response header, replacing any earlier value of the same name (including the
+    /// `content-type` the constructor set), e.g. `("retry-after", "2")` or `("x-generation-id", "gen-1")`.
+    ///
+    /// # Panics
+    ///
+    /// If `name` or `value` is not a valid header name or value.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .unwrap_or_else(|error| panic!("mock server: bad header name {name:?}: {error}"));
+        let value = HeaderValue::from_str(value)
+            .unwrap_or_else(|error| panic!("mock server: bad header value {value:?}: {error}"));
+        self.headers.retain(|(existing, _)| *existing != name);
+        self.headers.push((name, value));
+        self
+    }
+
+    /// Splits the body into chunks of `bytes` bytes, each sent as its own HTTP body frame (its own
+    /// chunk of the chunked transfer encoding) and flushed on its own. `0` means the whole body at once
+    /// (the default).
+    pub fn chunk_size(mut self, bytes: usize) -> Self {
+        self.chunk_size = (bytes > 0).then_some(bytes);
+        self
+    }
+
+    /// Waits `delay` between two chunks (not before the first).
+    pub fn delay_between_chunks(mut self, delay: Duration) -> Self {
+        self.delay_between_chunks = Some(delay);
+        self
+    }
+
+    /// Sends the first `n` SSE events, then keeps the connection open without sending anything until
+    /// the server is dropped. Replaces any earlier [`drop_after_events`](Self::drop_after_events).
+    pub fn stall_after_events(mut self, n: usize) -> Self {
+        self.cut = Some((n, Ending::Stall));
+        self
+    }
+
+    /// Sends the first `n` SSE events, then aborts the connection (no terminating chunk: the client sees
+    /// an error or an early end of body). Replaces any earlier
+    /// [`stall_after_events`](Self::stall_after_events).
+    ///
+    /// The events before the cut are flushed to the socket before the abort as long as the client keeps
+    /// reading (hyper discards what it still buffers when a body fails).
+    pub fn drop_after_events(mut self, n: usize) -> Self {
+        self.cut = Some((n, Ending::Abort));
+        self
+    }
+
+    /// Removes the last `response.completed`, `response.incomplete` or `response.failed` event and every
+    /// `data: [DONE]` event from the body.
+    pub fn without_terminal_event(mut self) -> Self {
+        self.without_terminal_event = true;
+        self
+    }
+
+    /// Inserts the event `data: {not json\n\n` after the first `n` events.
+    pub fn malformed_line_after_events(mut self, n: usize) -> Self {
+        self.malformed_after = Some(n);
+        self
+    }
+
+    /// Inserts, after the first `n` events, one event whose data is a JSON string literal `"xx…x"` of
+    /// `bytes` bytes in all (quotes included; at least 2).
+    pub fn oversized_event_after_events(mut self, n: usize, bytes: usize) -> Self {
+        self.oversized_after = Some((n, bytes));
+        self
+    }
+}
+
+impl fmt::Debug for MockReply {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("MockReply")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .field("body_bytes", &self.body.len())
+            .field("chunk_size", &self.chunk_size)
+            .field("delay_between_chunks", &self.delay_between_chunks)
+            .field("without_terminal_event", &self.without_terminal_event)
+            .field("malformed_after", &self.malformed_after)
+            .field("oversized_after", &self.oversized_after)
+            .field("cut", &self.cut)
+            .finish()
+    }
+}
+
+/// What the last handle owns: dropping it drops `_shutdown`, which stops the server.
+struct Handle {
+    shared: Arc<Shared>,
+    address: SocketAddr,
+    /// Never sent on; dropping it wakes the graceful-shutdown signal and every stalled stream.
+    _shutdown: watch::Sender<()>,
+}
+
+/// The state shared by the handles and the request handler.
+struct Shared {
+    state: Mutex<ReplyState>,
+    requests: Mutex<Vec<RecordedHttpRequest>>,
+    /// The number of recorded requests; a watch so `wait_for_requests` needs no polling.
+    request_count: watch::Sender<usize>,
+    /// Changes (with an error) when the server is dropped.
+    shutdown: watch::Receiver<()>,
+}
+
+/// Computes a reply from the request (benchmarks: the reply depends on the conversation).
+type Responder = dyn Fn(&RecordedHttpRequest) -> MockReply + Send + Sync;
+
+#[derive(Default)]
+struct ReplyState {
+    queue: VecDeque<Arc<Plan>>,
+    responder: Option<Arc<Responder>>,
+    fallback: Option<Arc<Plan>>,
+    /// Whether requests are kept for `requests()` (off for long benchmark runs).
+    forget_requests: bool,
+}
+
+/// How a reply's body ends after its frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Ends normally.
+    Finish,
+    /// Sends nothing more until the server is dropped.
+    Stall,
+    /// Aborts the connection.
+    Abort,
+}
+
+/// A reply ready to send: the body already cut into frames.
+struct Plan {
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    frames: Vec<Bytes>,
+    ending: Ending,
+    delay: Option<Duration>,
+    /// Yield to the connection between frames so hyper flushes each one separately.
+    yield_between_frames: bool,
+    /// Send the body with the chunked transfer encoding even when it is one frame, as real SSE servers
+    /// do; other bodies whole, with a `content-length`.
+    chunked: bool,
+}
+
+/// The events of an SSE body and what follows the last one.
+struct SplitBody {
+    /// Each event with the comment and blank lines before it, up to and including its blank line.
+    events: Vec<Bytes>,
+    /// What follows the last event (comments, an unterminated block without data).
+    tail: Bytes,
+}
+
+impl Shared {
+    fn replies(&self) -> MutexGuard<'_, ReplyState> {
+        lock(&self.state)
+    }
+
+    fn record(&self, request: RecordedHttpRequest) {
+        if !self.replies().forget_requests {
+            lock(&self.requests).push(request);
+        }
+        // After the push, so a waiter woken by the count finds the request in `requests()`.
+        self.request_count.send_modify(|count| *count += 1);
+    }
+
+    fn next_reply(&self, request: &RecordedHttpRequest) -> Option<Arc<Plan>> {
+        let mut replies = self.replies();
+        if let Some(plan) = replies.queue.pop_front() {
+            return Some(plan);
+        }
+        if let Some(responder) = replies.responder.clone() {
+            // Computed outside the lock: a responder may be slow, and requests run concurrently.
+            drop(replies);
+            return Some(Arc::new(responder(request).into_plan()));
+        }
+        replies.fallback.clone()
+    }
+}
+
+impl MockReply {
+    fn new(status: StatusCode, content_type: &'static str, body: Bytes) -> Self {
+        Self {
+            status,
+            headers: vec![(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+            body,
+            chunk_size: None,
+            delay_between_chunks: None,
+            without_terminal_event: false,
+            malformed_after: None,
+            oversized_after: None,
+            cut: None,
+        }
+    }
+
+    fn into_plan(self) -> Plan {
+        let (body, ending) = self.faulted_body();
+        let frames = match self.chunk_size {
+            _ if body.is_empty() => Vec::new(),
+            Some(size) if size < body.len() => (0..body.len())
+                .step_by(size)
+                .map(|start| body.slice(start..(start + size).min(body.len())))
+                .collect(),
+            _ => vec![body],
+        };
+        let chunked = self.headers.iter().any(|(name, value)| {
+            name == header::CONTENT_TYPE && value.as_bytes().starts_with(b"text/event-stream")
+        });
+        Plan {
+            chunked,
+            status: self.status,
+            headers: self.headers,
+            frames,
+            ending,
+            delay: self.delay_between_chunks,
+            yield_between_frames: self.chunk_size.is_some(),
+        }
+    }
+
+    /// The body with the faults applied, and how it ends.
+    fn faulted_body(&self) -> (Bytes, Ending) {
+        let edits_events = self.without_terminal_event
+            || self.malformed_after.is_some()
+            || self.oversized_after.is_some();
+        if !edits_events && self.cut.is_none() {
+            return (self.body.clone(), Ending::Finish);
+        }
+        let SplitBody { mut events, tail } = split_events(&self.body);
+        if self.without_terminal_event {
+            events.retain(|event| event_data(event).trim() != "[DONE]");
+            if let Some(last) = events.iter().rposition(|event| is_terminal(event)) {
+                events.remove(last);
+            }
+        }
+        let mut insertions = Vec::new();
+        if let Some(n) = self.malformed_after {
+            insertions.push((n, Bytes::from_static(b"data: {not json\n\n")));
+        }
+        if let Some((n, bytes)) = self.oversized_after {
+            let mut event = BytesMut::new();
+            let string = format!("\"{}\"", "x".repeat(bytes.saturating_sub(2)));
+            push_data_event(&mut event, string.as_bytes());
+            insertions.push((n, event.freeze()));
+        }
+        if !insertions.is_empty() {
+            events = insert_events(events, &insertions);
+        }
+        let (kept, ending) = match self.cut {
+            Some((n, ending)) if n < events.len() => (&events[..n], ending),
+            Some((_, ending)) => (&events[..], ending),
+            None => (&events[..], Ending::Finish),
+        };
+        let mut body = BytesMut::with_capacity(self.body.len() + 64);
+        for event in kept {
+            body.extend_from_slice(event);
+        }
+        if kept.len() == events.len() {
+            body.extend_from_slice(&tail);
+        }
+        (body.freeze(), ending)
+    }
+}
+
+impl Plan {
+    fn respond(self: Arc<Self>, shutdown: watch::Receiver<()>) -> Response {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = self.status;
+        for (name, value) in &self.headers {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+        *response.body_mut() = match (self.frames.as_slice(), self.ending, self.chunked) {
+            ([], Ending::Finish, false) => Body::empty(),
+            ([whole], Ending::Finish, false) => Body::from(whole.clone()),
+            _ => body_stream(self, shutdown),
+        };
+        response
+    }
+}
+
+/// Streams a plan's frames with its pacing, then ends it as planned.
+fn body_stream(plan: Arc<Plan>, shutdown: watch::Receiver<()>) -> Body {
+    struct Cursor {
+        plan: Arc<Plan>,
+        next: usize,
+        shutdown: watch::Receiver<()>,
+        ended: bool,
+    }
+    let cursor = Cursor {
+        plan,
+        next: 0,
+        shutdown,
+        ended: false,
+    };
+    Body::from_stream(stream::unfold(cursor, |mut cursor| async move {
+        if cursor.ended {
+            return None;
+        }
+        if let Some(frame) = cursor.plan.frames.get(cursor.next).cloned() {
+            if cursor.next > 0 {
+                if let Some(delay) = cursor.plan.delay {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = cursor.shutdown.changed() => {
+                            cursor.ended = true;
+                            return Some((Err(shut_down()), cursor));
+                        }
+                    }
+                } else if cursor.plan.yield_between_frames {
+                    tokio::task::yield_now().await;
+                }
+            }
+            cursor.next += 1;
+            return Some((Ok(frame), cursor));
+        }
+        cursor.ended = true;
+        match cursor.plan.ending {
+            Ending::Finish => None,
+            Ending::Stall => {
+                let _ = cursor.shutdown.changed().await;
+                Some((Err(shut_down()), cursor))
+            }
+            Ending::Abort => {
+                // hyper drops whatever it has buffered when the body fails, and it only flushes once the
+                // body is pending: yield so the events before the cut reach the socket first. A few times,
+                // in case one flush cannot write everything at once.
+                for _ in 0..FLUSH_YIELDS_BEFORE_ABORT {
+                    tokio::task::yield_now().await;
+                }
+                Some((
+                    Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "mock server dropped the connection on purpose",
+                    )),
+                    cursor,
+                ))
+            }
+        }
+    }))
+}
+
+fn shut_down() -> io::Error {
+    io::Error::other("mock server shut down")
+}
+
+/// Answers one request: records it, then routes it.
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, MAX_REQUEST_BODY).await;
+    let recorded = RecordedHttpRequest {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.as_str().to_owned(), value)
+            })
+            .collect(),
+        body: body.as_ref().map_or(Value::Null, |body| parse_body(body)),
+    };
+    shared.record(recorded.clone());
+    if body.is_err() {
+        return json_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "mock server could not read the request body",
+        );
+    }
+    let path = parts.uri.path();
+    let under_v1 = path == "/v1" || path.starts_with("/v1/");
+    if parts.method == Method::GET && path == "/v1/models" {
+        let mut response = Response::new(Body::from(json!({"data": []}).to_string()));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return response;
+    }
+    if parts.method != Method::POST || !under_v1 {
+        return json_response(StatusCode::NOT_FOUND, "mock server has no such route");
+    }
+    match shared.next_reply(&recorded) {
+        Some(plan) => plan.respond(shared.shutdown.clone()),
+        None => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "mock server has no reply queued",
+        ),
+    }
+}
+
+/// An OpenAI-shaped JSON error response.
+fn json_response(status: StatusCode, message: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": "mock_server_error", "code": null}});
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn parse_body(body: &[u8]) -> Value {
+    if body.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the data consistent (every critical section is one push or
+    // pop), so a poisoned lock is still usable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn status_code(status: u16) -> StatusCode {
+    StatusCode::from_u16(status)
+        .unwrap_or_else(|error| panic!("mock server: bad status code {status}: {error}"))
+}
+
+fn push_data_event(body: &mut BytesMut, data: &[u8]) {
+    body.extend_from_slice(b"data: ");
+    body.extend_from_slice(data);
+    body.extend_from_slice(b"\n\n");
+}
+
+/// Splits an SSE body after each blank line that ends a block with a `data` line. Lines end in LF, CRLF
+/// or CR, as in the SSE grammar.
+fn split_events(body: &Bytes) -> SplitBody {
+    let mut events = Vec::new();
+    let mut event_start = 0;
+    let mut block_has_data = false;
+    let mut position = 0;
+    while position < body.len() {
+        let (line_end, next_line) = line_bounds(body, position);
+        let line = &body[position..line_end];
+        if line.is_empty() {
+            if block_has_data {
+                events.push(body.slice(event_start..next_line));
+                event_start = next_line;
+                block_has_data = false;
+            }
+        } else if is_data_line(line) {
+            block_has_data = true;
+        }
+        position = next_line;
+    }
+    let rest = body.slice(event_start..);
+    if block_has_data {
+        // An unterminated last event still counts as one.
+        events.push(rest);
+        SplitBody {
+            events,
+            tail: Bytes::new(),
+        }
+    } else {
+        SplitBody { events, tail: rest }
+    }
+}
+
+/// The end of the line starting at `start` (terminator excluded) and the start of the next one.
+fn line_bounds(body: &[u8], start: usize) -> (usize, usize) {
+    match body[start..]
+        .iter()
+        .position(|byte| *byte == b'\n' || *byte == b'\r')
+    {
+        None => (body.len(), body.len()),
+        Some(offset) => {
+            let end = start + offset;
+            let crlf = body[end] == b'\r' && body.get(end + 1) == Some(&b'\n');
+            (end, end + if crlf { 2 } else { 1 })
+        }
+    }
+}
+
+fn is_data_line(line: &[u8]) -> bool {
+    line == b"data" || line.starts_with(b"data:")
+}
+
+/// The data of one event: its `data` lines' values joined with `\n`.
+fn event_data(event: &[u8]) -> String {
+    let mut data = Vec::new();
+    let mut position = 0;
+    while position < event.len() {
+        let (line_end, next_line) = line_bounds(event, position);
+        let line = &event[position..line_end];
+        if is_data_line(line) {
+            let value = line.get(5..).unwrap_or_default();
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            if !data.is_empty() {
+                data.push(b'\n');
+            }
+            data.extend_from_slice(value);
+        }
+        position = next_line;
+    }
+    String::from_utf8_lossy(&data).into_owned()
+}
+
+fn is_terminal(event: &[u8]) -> bool {
+    let data = event_data(event);
+    // Skip the JSON parse for the (many) events that cannot be terminal.
+    if !TERMINAL_EVENT_TYPES.iter().any(|kind| data.contains(kind)) {
+        return false;
+    }
+    serde_json::from_str::<Value>(&data).is_ok_and(|value| {
+        value
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|kind| TERMINAL_EVENT_TYPES.contains(&kind))
+    })
+}
+
+/// `events` with each `(n, event)` inserted after the first `n` original events (at the end if `n` is
+/// past it), in the order given.
+fn insert_events(events: Vec<Bytes>, insertions: &[(usize, Bytes)]) -> Vec<Bytes> {
+    let count = events.len();
+    let mut result = Vec::with_capacity(count + insertions.len());
+    let insert_at = |index: usize, result: &mut Vec<Bytes>| {
+        for (n, event) in insertions {
+            if (*n).min(count) == index {
+                result.push(event.clone());
+            }
+        }
+    };
+    for (index, event) in events.into_iter().enumerate() {
+        insert_at(index, &mut result);
+        result.push(event);
+    }
+    insert_at(count, &mut result);
+    result
+}
