@@ -31,6 +31,7 @@ mod responses;
 mod secret;
 mod sse;
 mod stream;
+mod strict;
 
 pub use chat::{ChatCompletions, ChatCompletionsBuilder};
 pub use demo::{DEMO_MODEL_ID, DemoModel};
@@ -40,3 +41,4 @@ pub use responses::{
     OPENAI_BASE_URL, OPENROUTER_BASE_URL, OpenAI, OpenResponses, OpenResponsesBuilder, OpenRouter,
 };
 pub use sse::{DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseEvent};
+pub use strict::strict_schema;

@@ -113,6 +113,14 @@ impl OpenResponsesBuilder {
         self
     }
 
+    /// Offers tools with `strict: true` and schemas rewritten by [`crate::strict_schema`], so the model's
+    /// arguments are guaranteed to match (OpenAI's strict function calling). Off by default: not every
+    /// compatible server accepts it.
+    pub fn strict_tools(mut self, strict: bool) -> Self {
+        self.body.strict_tools = strict;
+        self
+    }
+
     /// An extra top-level body field (`reasoning`, `provider`, …), merged last.
     pub fn body_field(mut self, name: impl Into<String>, value: Value) -> Self {
         self.body.extra.insert(name.into(), value);

@@ -20,6 +20,8 @@ pub(crate) struct BodyOptions {
     pub(crate) include: Vec<String>,
     /// Extra top-level fields, merged last (`reasoning`, `provider`, …).
     pub(crate) extra: Map<String, Value>,
+    /// Send tools with `strict: true` and strict-mode-safe schemas.
+    pub(crate) strict_tools: bool,
 }
 
 #[derive(Serialize)]
@@ -53,7 +55,7 @@ struct FunctionTool<'a> {
     kind: &'static str,
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: std::borrow::Cow<'a, Value>,
     strict: bool,
 }
 
@@ -87,8 +89,12 @@ pub(crate) fn request_body(
                 kind: "function",
                 name: &tool.name,
                 description: &tool.description,
-                parameters: &tool.parameters,
-                strict: false,
+                parameters: if options.strict_tools {
+                    std::borrow::Cow::Owned(crate::strict::strict_schema(&tool.parameters))
+                } else {
+                    std::borrow::Cow::Borrowed(&tool.parameters)
+                },
+                strict: options.strict_tools,
             })
             .collect(),
         stream: true,

@@ -234,3 +234,30 @@ fn a_missing_key_names_the_env_var() {
     assert_eq!(error.code(), "MISSING_API_KEY");
     assert!(error.to_string().contains("OPENROUTER_API_KEY"));
 }
+
+#[tokio::test]
+async fn aborting_the_context_drops_the_request_at_once() {
+    let server = MockServer::start().await;
+    server.push(MockReply::fixture(TEXT).stall_after_events(2));
+    let harness = AgentHarness::builder("abort")
+        .provider("mock", provider(&server))
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let run = tokio::spawn({
+        let ctx = ctx.clone();
+        async move {
+            harness
+                .run(&call_model("llm").model("m").build(), "hi".to_owned(), &ctx)
+                .await
+        }
+    });
+    server.wait_for_requests(1).await;
+    ctx.abort(Some("user stop".to_owned()));
+    // Bounded: the stalled stream would otherwise hang for the 120 s idle timeout.
+    let result = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("abort is prompt")
+        .unwrap();
+    assert_eq!(result.unwrap_err().to_string(), "cancelled: user stop");
+}

@@ -169,3 +169,41 @@ async fn a_commentary_message_is_replayed_with_its_phase() {
         &body,
     );
 }
+
+#[tokio::test]
+async fn strict_tools_send_strict_schemas() {
+    let server = MockServer::start().await;
+    server.push(MockReply::fixture("openai-responses.text.gpt-4o-mini.sse"));
+    let provider = noetic_providers::OpenResponses::builder(server.base_url())
+        .strict_tools(true)
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    let harness = AgentHarness::builder("strict")
+        .provider("p", provider)
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let tool = Tool::new(
+        "weather",
+        "weather",
+        |args: Coordinates, _ctx: ToolContext| async move {
+            Ok::<_, ToolError>(args.latitude + &args.longitude)
+        },
+    );
+    harness
+        .run(
+            &call_model("llm").model("m").tool(tool).build(),
+            "hi".to_owned(),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    let tool = &server.requests()[0].body["tools"][0];
+    assert_eq!(tool["strict"], true);
+    assert_eq!(tool["parameters"]["additionalProperties"], false);
+    assert_eq!(
+        tool["parameters"]["required"],
+        serde_json::json!(["latitude", "longitude"])
+    );
+}
