@@ -18,6 +18,7 @@ use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::harness::AgentHarness;
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::ContextLayer;
+use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
 
@@ -42,6 +43,8 @@ pub struct ContextOptions {
     pub items: Vec<Item>,
     /// Where events go (default: the parent's sink, else none).
     pub event_sink: Option<Arc<dyn EventSink>>,
+    /// The session turn's steer inbox (set by the session runner).
+    pub(crate) steers: Option<Arc<SteerInbox>>,
 }
 
 impl ContextOptions {
@@ -142,6 +145,7 @@ struct ContextInner {
     abort_reason: OnceLock<Option<String>>,
     sink: Option<Arc<dyn EventSink>>,
     layers: Arc<[Arc<dyn ContextLayer>]>,
+    steers: Option<Arc<SteerInbox>>,
     started: Instant,
 }
 
@@ -149,6 +153,8 @@ struct ContextInner {
 pub(crate) struct ChildSpec {
     pub(crate) items: Vec<Item>,
     pub(crate) layers: Option<Arc<[Arc<dyn ContextLayer>]>>,
+    /// Whether the child's model calls take the turn's steers (`spawn(..).steers(Forward)`).
+    pub(crate) forward_steers: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +175,7 @@ impl Context {
             layers,
             items,
             event_sink,
+            steers,
         } = options;
         let (depth, cancel, sink, inherited_layers) = match &parent {
             Some(parent) => (
@@ -202,6 +209,7 @@ impl Context {
                 abort_reason: OnceLock::new(),
                 sink,
                 layers,
+                steers,
                 started: Instant::now(),
             }),
         }
@@ -227,6 +235,11 @@ impl Context {
                 abort_reason: OnceLock::new(),
                 sink: inner.sink.clone(),
                 layers: spec.layers.unwrap_or_else(|| inner.layers.clone()),
+                steers: if spec.forward_steers {
+                    inner.steers.clone()
+                } else {
+                    None
+                },
                 started: Instant::now(),
             }),
         }
@@ -414,6 +427,11 @@ impl Context {
     /// The context's layers, in order.
     pub fn layers(&self) -> &[Arc<dyn ContextLayer>] {
         &self.inner.layers
+    }
+
+    /// The turn's steer inbox, when this context takes steers.
+    pub(crate) fn steers(&self) -> Option<&Arc<SteerInbox>> {
+        self.inner.steers.as_ref()
     }
 
     /// Whether anything listens to this context's events.

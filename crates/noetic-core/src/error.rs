@@ -358,6 +358,15 @@ pub enum Error {
         message: String,
     },
 
+    /// A session turn failed; `agent_response` returns the turn's own error inside, and `code()` is that
+    /// error's code.
+    #[error("turn failed: {source}")]
+    TurnFailed {
+        /// The turn's error.
+        #[source]
+        source: std::sync::Arc<Error>,
+    },
+
     /// An error from an adapter crate, carrying that crate's own stable code.
     #[error("{code}: {source}")]
     Adapter {
@@ -455,13 +464,18 @@ impl Error {
             Error::Storage { .. } => "STORAGE_ERROR",
             Error::LeaseLost { .. } => "LEASE_LOST",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            Error::TurnFailed { source } => source.code(),
             Error::Adapter { code, .. } => code,
         }
     }
 
     /// Whether this is [`Error::Cancelled`].
     pub fn is_cancelled(&self) -> bool {
-        matches!(self, Error::Cancelled { .. })
+        match self {
+            Error::Cancelled { .. } => true,
+            Error::TurnFailed { source } => source.is_cancelled(),
+            _ => false,
+        }
     }
 
     /// A cancellation error with an optional reason.

@@ -20,14 +20,59 @@ pub enum StreamEvent {
     Sdk(Arc<ResponseEvent>),
     /// A framework lifecycle event (`source: "framework"`).
     Framework(FrameworkEvent),
+    /// This subscriber fell behind and `skipped` events were dropped for it (never a silent gap).
+    Lagged {
+        /// How many events this subscriber missed.
+        skipped: u64,
+    },
 }
 
-/// A framework lifecycle event. Serialized as `{"type": "<snake_case name>", "data": {…}}`; the session
-/// runtime prefixes the type with the harness name (`researcher:step_started`).
+/// A framework lifecycle event. Serialized as `{"type": "<snake_case name>", "data": {…}}`; on the
+/// session streams the type is prefixed with the harness name (`researcher:step_started`), see
+/// [`StreamEvent::to_json`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FrameworkEvent {
+    /// A session turn started.
+    TurnStarted {
+        /// The turn's id.
+        turn_id: String,
+        /// The ids of the messages the turn answers, in order.
+        message_ids: Vec<String>,
+    },
+    /// A session turn finished successfully.
+    TurnCompleted {
+        /// The turn's id.
+        turn_id: String,
+        /// How long it ran, in milliseconds.
+        duration_ms: u64,
+    },
+    /// A session turn failed or was aborted.
+    TurnAborted {
+        /// The turn's id.
+        turn_id: String,
+        /// The error's message (for an idle timeout: `model stream idle timeout after <N>ms`).
+        reason: String,
+        /// The error's stable code (`CANCELLED`, `STEP_FAILED`, …).
+        error_kind: &'static str,
+    },
+    /// Steering messages joined the running turn.
+    SteerApplied {
+        /// The applied messages' ids, in the order the model sees them.
+        message_ids: Vec<String>,
+        /// Where they were applied.
+        point: crate::session::SteerPoint,
+        /// The round of the model call that applied them (the next request carries them).
+        round: u32,
+    },
+    /// A steering message was dropped by an `on_steer` hook.
+    SteerDropped {
+        /// The message's id.
+        message_id: String,
+        /// Where it was dropped.
+        point: crate::session::SteerPoint,
+    },
     /// A step is about to run.
     StepStarted {
         /// The step's id.
@@ -146,6 +191,11 @@ impl FrameworkEvent {
     /// The event's unprefixed type name (`step_started`, …).
     pub fn event_type(&self) -> &'static str {
         match self {
+            FrameworkEvent::TurnStarted { .. } => "turn_started",
+            FrameworkEvent::TurnCompleted { .. } => "turn_completed",
+            FrameworkEvent::TurnAborted { .. } => "turn_aborted",
+            FrameworkEvent::SteerApplied { .. } => "steer_applied",
+            FrameworkEvent::SteerDropped { .. } => "steer_dropped",
             FrameworkEvent::StepStarted { .. } => "step_started",
             FrameworkEvent::StepCompleted { .. } => "step_completed",
             FrameworkEvent::ItemAppended { .. } => "item_appended",
@@ -160,6 +210,32 @@ impl FrameworkEvent {
             FrameworkEvent::ToolCallStarted { .. } => "tool_call_started",
             FrameworkEvent::ToolCallCompleted { .. } => "tool_call_completed",
             FrameworkEvent::ToolRoundLimitExceeded { .. } => "tool_round_limit_exceeded",
+        }
+    }
+}
+
+impl StreamEvent {
+    /// The event as `{"source", "type", "data"}`, the shape of the original's stream events:
+    /// provider events as `source: "sdk"` with their wire type and object; framework events as
+    /// `source: "framework"` with the type prefixed by `harness_name` (`researcher:turn_started`).
+    pub fn to_json(&self, harness_name: &str) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            StreamEvent::Sdk(event) => {
+                json!({"source": "sdk", "type": event.event_type(), "data": event.to_wire_json()})
+            }
+            StreamEvent::Framework(event) => {
+                let data = match serde_json::to_value(event) {
+                    Ok(serde_json::Value::Object(mut map)) => {
+                        map.remove("data").unwrap_or(serde_json::Value::Null)
+                    }
+                    _ => serde_json::Value::Null,
+                };
+                json!({"source": "framework", "type": format!("{harness_name}:{}", event.event_type()), "data": data})
+            }
+            StreamEvent::Lagged { skipped } => {
+                json!({"source": "framework", "type": format!("{harness_name}:lagged"), "data": {"skipped": skipped}})
+            }
         }
     }
 }

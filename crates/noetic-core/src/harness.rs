@@ -1,5 +1,5 @@
 //! The [`AgentHarness`]: holds the agent graph, providers, tools, layers and hooks, creates contexts
-//! and runs step trees on them.
+//! and runs step trees on them. Its session surface (`execute`, streams, …) is in [`crate::session`].
 
 use std::any::Any;
 use std::future::Future;
@@ -13,9 +13,11 @@ use serde_json::Value;
 use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
 use crate::model::ModelProvider;
+use crate::session::{DeliveryMode, OnSteer, Sessions, Steer, SteerDecision, SteerPoint};
 use crate::step::{Step, StepRef, decode, encode, execute};
 use crate::tool::Tool;
 use crate::{Error, Result};
+use tokio_util::task::TaskTracker;
 
 /// The default stream idle timeout of a model round.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -35,6 +37,11 @@ struct HarnessInner {
     hooks: AgentHooks,
     tools: Vec<Tool>,
     layers: Arc<[Arc<dyn ContextLayer>]>,
+    default_delivery_mode: DeliveryMode,
+    on_steer: Option<Arc<OnSteer>>,
+    sessions: Sessions,
+    /// The session runner tasks; tracked so none is detached from the harness.
+    tasks: TaskTracker,
 }
 
 /// Defaults for every `call_model` step of a harness.
@@ -130,6 +137,8 @@ pub struct AgentHarnessBuilder {
     hooks: AgentHooks,
     tools: Vec<Tool>,
     layers: Vec<Arc<dyn ContextLayer>>,
+    default_delivery_mode: DeliveryMode,
+    on_steer: Option<Arc<OnSteer>>,
 }
 
 impl AgentHarness {
@@ -156,6 +165,8 @@ impl AgentHarness {
             hooks: AgentHooks::default(),
             tools: Vec::new(),
             layers: Vec::new(),
+            default_delivery_mode: DeliveryMode::NextTurn,
+            on_steer: None,
         }
     }
 
@@ -227,6 +238,45 @@ impl AgentHarness {
 
     pub(crate) fn layers(&self) -> Arc<[Arc<dyn ContextLayer>]> {
         self.inner.layers.clone()
+    }
+
+    pub(crate) fn agent_graph_node(&self) -> Option<Arc<crate::step::StepNode>> {
+        self.inner.agent_graph.clone()
+    }
+
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
+    }
+
+    pub(crate) fn default_delivery_mode(&self) -> DeliveryMode {
+        self.inner.default_delivery_mode
+    }
+
+    pub(crate) fn on_steer_hook(&self) -> Option<Arc<OnSteer>> {
+        self.inner.on_steer.clone()
+    }
+
+    pub(crate) fn spawn_session_task(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.inner.tasks.spawn(task);
+    }
+
+    /// The number of sessions (threads) this harness holds.
+    pub fn session_count(&self) -> usize {
+        self.inner.sessions.len()
+    }
+
+    /// Waits until every session runner has finished its queued turns.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn wait_idle(&self) {
+        let tracker = &self.inner.tasks;
+        tracker.close();
+        tracker.wait().await;
+        tracker.reopen();
     }
 
     /// Finds the provider for a model call: the step's choice, else the harness default, else the only
@@ -328,6 +378,22 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// The delivery mode of messages whose `ExecuteOptions` name none (default `next-turn`).
+    pub fn default_delivery_mode(mut self, mode: DeliveryMode) -> Self {
+        self.default_delivery_mode = mode;
+        self
+    }
+
+    /// A hook deciding what happens to each steering message at each steer point (before the context
+    /// layers' `on_steer`); `None` leaves the decision to them, then to the defaults.
+    pub fn on_steer(
+        mut self,
+        hook: impl Fn(&Steer, SteerPoint, &Context) -> Option<SteerDecision> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_steer = Some(Arc::new(hook));
+        self
+    }
+
     /// Context layers of every context this harness creates.
     pub fn context_layers(
         mut self,
@@ -355,6 +421,10 @@ impl AgentHarnessBuilder {
                 hooks: self.hooks,
                 tools: self.tools,
                 layers: self.layers.into(),
+                default_delivery_mode: self.default_delivery_mode,
+                on_steer: self.on_steer,
+                sessions: Sessions::default(),
+                tasks: TaskTracker::new(),
             }),
         })
     }

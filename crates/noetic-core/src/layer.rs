@@ -1,7 +1,7 @@
 //! Context layers: hooks that shape what the model sees and gate what it does.
 //!
 //! This module holds the [`ContextLayer`] trait with the hooks the interpreter calls today
-//! (`before_tool_call`); every hook has a no-op default, so layers implement only what they need and new
+//! (`before_tool_call`, `on_steer`); every hook has a no-op default, so layers implement only what they need and new
 //! hooks can be added without breaking them. Layers are ordered; a context inherits its parent's layers
 //! unless a spawn replaces them.
 
@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use crate::context::Context;
+use crate::session::{Steer, SteerDecision, SteerPoint};
 
 /// A layer's verdict on a tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -57,6 +58,17 @@ pub trait ContextLayer: Send + Sync + 'static {
     ) -> BoxFuture<'a, LayerDecision> {
         Box::pin(async { LayerDecision::Allow })
     }
+
+    /// Called for each queued steering message at each steer point of a model call (after the
+    /// harness's own `on_steer`). `None` leaves the decision to the next layer, then to the defaults.
+    fn on_steer(
+        &self,
+        _steer: &Steer,
+        _point: SteerPoint,
+        _ctx: &Context,
+    ) -> Option<SteerDecision> {
+        None
+    }
 }
 
 impl<L: ContextLayer + ?Sized> ContextLayer for Arc<L> {
@@ -70,6 +82,10 @@ impl<L: ContextLayer + ?Sized> ContextLayer for Arc<L> {
         ctx: &'a Context,
     ) -> BoxFuture<'a, LayerDecision> {
         (**self).before_tool_call(call, ctx)
+    }
+
+    fn on_steer(&self, steer: &Steer, point: SteerPoint, ctx: &Context) -> Option<SteerDecision> {
+        (**self).on_steer(steer, point, ctx)
     }
 }
 

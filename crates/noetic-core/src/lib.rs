@@ -30,6 +30,7 @@ mod harness;
 pub mod item;
 pub mod layer;
 pub mod model;
+pub mod session;
 mod step;
 mod tool;
 pub mod until;
@@ -44,11 +45,15 @@ pub use harness::{
 pub use item::{ContentPart, Item, Role};
 pub use layer::{ContextLayer, LayerDecision};
 pub use model::{ModelProvider, ModelRequest, ModelStream, ResponseEvent};
+pub use session::{
+    AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
+    ItemSnapshot, Scope, SessionStatus, Steer, SteerDecision, SteerPoint,
+};
 pub use step::{
     Backoff, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder, LoopBuilder, LoopStart,
     MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy, RunCodeBuilder, SequenceBuilder,
-    SequenceStart, Settled, SpawnBuilder, Step, StepKind, StepRef, call_model, conditional,
-    in_parallel, invoke_tool, loop_step, run_code, sequence, spawn,
+    SequenceStart, Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, call_model,
+    conditional, in_parallel, invoke_tool, loop_step, run_code, sequence, spawn,
 };
 pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
 pub use until::{Until, Verdict, all, any};

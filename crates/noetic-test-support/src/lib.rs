@@ -11,10 +11,12 @@
 
 mod events;
 mod mock_server;
+mod paced;
 mod scripted;
 
 pub use events::EventLog;
 pub use mock_server::{MockReply, MockServer, RecordedHttpRequest};
+pub use paced::{PacedCall, PacedModel};
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};
 
 use std::path::PathBuf;

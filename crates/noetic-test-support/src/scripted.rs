@@ -32,6 +32,20 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// Copies what a request carried.
+    pub fn from_request(request: &ModelRequest<'_>) -> Self {
+        RecordedRequest {
+            model: request.model.to_owned(),
+            instructions: request.instructions.map(str::to_owned),
+            input: request.input.to_vec(),
+            tools: request.tools.iter().map(|tool| tool.name.clone()).collect(),
+            round: request.round,
+            thread_id: request.thread_id.map(str::to_owned),
+            resource_id: request.resource_id.map(str::to_owned),
+            has_output_format: request.output.is_some(),
+        }
+    }
+
     /// The texts of the user messages in the input.
     pub fn user_texts(&self) -> Vec<String> {
         self.input
@@ -305,16 +319,7 @@ impl ScriptedModel {
 
 impl ModelProvider for ScriptedModel {
     fn stream<'a>(&'a self, request: &'a ModelRequest<'a>) -> BoxFuture<'a, Result<ModelStream>> {
-        let recorded = RecordedRequest {
-            model: request.model.to_owned(),
-            instructions: request.instructions.map(str::to_owned),
-            input: request.input.to_vec(),
-            tools: request.tools.iter().map(|tool| tool.name.clone()).collect(),
-            round: request.round,
-            thread_id: request.thread_id.map(str::to_owned),
-            resource_id: request.resource_id.map(str::to_owned),
-            has_output_format: request.output.is_some(),
-        };
+        let recorded = RecordedRequest::from_request(request);
         let response = {
             let mut state = self.lock();
             let response = match state.queue.pop_front() {

@@ -164,6 +164,82 @@ impl ResponseEvent {
         }
     }
 
+    /// The event as the OpenResponses wire object (`{"type": …, …}`), for `source: "sdk"` stream events.
+    pub fn to_wire_json(&self) -> Value {
+        use serde_json::json;
+        let kind = self.event_type();
+        match self {
+            ResponseEvent::Created { response_id, model } => {
+                json!({"type": kind, "response": {"id": response_id, "model": model, "status": "in_progress"}})
+            }
+            ResponseEvent::OutputItemAdded { output_index, item }
+            | ResponseEvent::OutputItemDone { output_index, item } => {
+                json!({"type": kind, "output_index": output_index, "item": item})
+            }
+            ResponseEvent::OutputTextDelta {
+                output_index,
+                content_index,
+                delta,
+            } => {
+                json!({"type": kind, "output_index": output_index, "content_index": content_index, "delta": delta})
+            }
+            ResponseEvent::ReasoningDelta {
+                kind: ReasoningKind::Summary,
+                output_index,
+                part_index,
+                delta,
+            } => {
+                json!({"type": kind, "output_index": output_index, "summary_index": part_index, "delta": delta})
+            }
+            ResponseEvent::ReasoningDelta {
+                output_index,
+                part_index,
+                delta,
+                ..
+            } => {
+                json!({"type": kind, "output_index": output_index, "content_index": part_index, "delta": delta})
+            }
+            ResponseEvent::FunctionCallArgumentsDelta {
+                output_index,
+                delta,
+            } => {
+                json!({"type": kind, "output_index": output_index, "delta": delta})
+            }
+            ResponseEvent::FunctionCallArgumentsDone {
+                output_index,
+                arguments,
+            } => {
+                json!({"type": kind, "output_index": output_index, "arguments": arguments})
+            }
+            ResponseEvent::Finished(snapshot) => {
+                let status = match snapshot.status {
+                    None | Some(ResponseStatus::Completed) => "completed",
+                    Some(ResponseStatus::Incomplete) => "incomplete",
+                    Some(ResponseStatus::Failed) => "failed",
+                };
+                let usage = snapshot.usage.map(|usage| {
+                    json!({
+                        "input_tokens": usage.input_tokens,
+                        "output_tokens": usage.output_tokens,
+                        "total_tokens": usage.total(),
+                        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+                        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+                        "cost": snapshot.cost,
+                    })
+                });
+                json!({"type": kind, "response": {
+                    "id": snapshot.id, "model": snapshot.model, "status": status, "output": snapshot.output,
+                    "usage": usage, "error": snapshot.error.as_ref().map(|message| json!({"message": message})),
+                    "incomplete_details": snapshot.incomplete_reason.as_ref().map(|reason| json!({"reason": reason})),
+                }})
+            }
+            ResponseEvent::Error { code, message } => {
+                json!({"type": kind, "error": {"code": code, "message": message}})
+            }
+            ResponseEvent::Other { data, .. } => data.clone(),
+        }
+    }
+
     /// A `response.completed` event with the given usage and no snapshot output.
     pub fn completed(usage: Option<TokenUsage>) -> Self {
         ResponseEvent::Finished(Box::new(ResponseSnapshot {

@@ -40,7 +40,7 @@ pub(crate) fn execute<'a>(
             before(super::StepRef { node: node.clone() }, ctx.clone()).await;
         }
         let emit = match &node.body {
-            StepBody::CallModel(spec) => spec.emit,
+            StepBody::CallModel(spec) => spec.emit.allows("step_started"),
             _ => true,
         };
         let kind = node.kind();

@@ -31,7 +31,7 @@ pub use loop_step::{
 };
 pub use parallel::{ParallelBuilder, Settled, in_parallel};
 pub use run_code::{Backoff, RetryPolicy, RunCodeBuilder, run_code};
-pub use spawn::{SpawnBuilder, spawn};
+pub use spawn::{SpawnBuilder, SteerMode, spawn};
 
 pub(crate) use interpreter::execute;
 

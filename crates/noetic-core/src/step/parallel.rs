@@ -221,9 +221,11 @@ pub(crate) async fn execute(
     let items = ctx.items();
     let children: Vec<Context> = (0..count)
         .map(|_| {
+            // Paths never take the turn's steers: the parent applies them at its next point.
             ctx.child(ChildSpec {
                 items: items.clone(),
                 layers: None,
+                forward_steers: false,
             })
         })
         .collect();

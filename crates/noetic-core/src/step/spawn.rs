@@ -20,6 +20,18 @@ pub(crate) struct SpawnSpec {
     pub(crate) child: Arc<StepNode>,
     timeout: Option<Duration>,
     layers: Option<Arc<[Arc<dyn ContextLayer>]>>,
+    steers: SteerMode,
+}
+
+/// Whether a spawned child's model calls take the session turn's steering messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SteerMode {
+    /// The child never sees steers; the parent applies them at its next steer point (default).
+    #[default]
+    Isolated,
+    /// The child's model calls take steers at their own steer points.
+    Forward,
 }
 
 /// Builds a `spawn` step; see [`spawn`].
@@ -47,6 +59,7 @@ pub fn spawn<I, O>(id: impl Into<String>, child: impl Into<Step<I, O>>) -> Spawn
             child: child.into().node,
             timeout: None,
             layers: None,
+            steers: SteerMode::Isolated,
         },
         _types: std::marker::PhantomData,
     }
@@ -89,6 +102,7 @@ pub(crate) async fn execute(
     let child = ctx.child(ChildSpec {
         items: Vec::new(),
         layers: spec.layers.clone(),
+        forward_steers: spec.steers == SteerMode::Forward,
     });
     let run = execute_step(&spec.child, input, false, &child);
     match spec.timeout {

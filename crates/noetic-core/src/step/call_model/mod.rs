@@ -12,6 +12,7 @@ pub(crate) use rounds::execute;
 pub use rounds::{MAX_RECOVERIES, MAX_TOOL_ROUNDS};
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -19,6 +20,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Step, StepBody, StepNode};
+use crate::context::Context;
+use crate::event::FrameworkEvent;
 use crate::model::{ModelParams, OutputFormat};
 use crate::tool::{Tool, schema_for};
 
@@ -31,7 +34,44 @@ pub(crate) struct CallModelSpec {
     pub(crate) output: Option<OutputSpec>,
     pub(crate) tool_concurrency: usize,
     pub(crate) idle_timeout: Option<Duration>,
-    pub(crate) emit: bool,
+    pub(crate) emit: EmitPolicy,
+}
+
+/// Which of its own events a `call_model` step emits (step, model-call and tool events; items,
+/// provider events and steer events always flow).
+#[derive(Clone)]
+pub(crate) enum EmitPolicy {
+    All,
+    Nothing,
+    Filter(Arc<dyn Fn(&str) -> bool + Send + Sync>),
+}
+
+impl EmitPolicy {
+    /// Whether emitting is possible at all (a sink listens and the policy is not `Nothing`): checked
+    /// before an event is even built.
+    pub(crate) fn active(&self, ctx: &Context) -> bool {
+        !matches!(self, EmitPolicy::Nothing) && ctx.has_event_sink()
+    }
+
+    /// Emits `event` if the policy lets its type through.
+    pub(crate) fn emit(&self, ctx: &Context, event: FrameworkEvent) {
+        let allowed = match self {
+            EmitPolicy::All => true,
+            EmitPolicy::Nothing => false,
+            EmitPolicy::Filter(filter) => filter(event.event_type()),
+        };
+        if allowed {
+            ctx.emit(event);
+        }
+    }
+
+    pub(crate) fn allows(&self, event_type: &str) -> bool {
+        match self {
+            EmitPolicy::All => true,
+            EmitPolicy::Nothing => false,
+            EmitPolicy::Filter(filter) => filter(event_type),
+        }
+    }
 }
 
 pub(crate) struct OutputSpec {
@@ -74,7 +114,7 @@ pub fn call_model(id: impl Into<String>) -> CallModelBuilder<String> {
             output: None,
             tool_concurrency: 1,
             idle_timeout: None,
-            emit: true,
+            emit: EmitPolicy::All,
         },
         _output: PhantomData,
     }
@@ -151,7 +191,18 @@ impl<O> CallModelBuilder<O> {
     /// Whether this step emits its step and model-loop events (default true). Item and provider events
     /// are always emitted.
     pub fn emit(mut self, emit: bool) -> Self {
-        self.spec.emit = emit;
+        self.spec.emit = if emit {
+            EmitPolicy::All
+        } else {
+            EmitPolicy::Nothing
+        };
+        self
+    }
+
+    /// Emits only this step's events whose unprefixed type (`step_started`, `tool_call_completed`, …)
+    /// passes `filter`. Items, provider events and steer events always flow.
+    pub fn emit_filter(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.spec.emit = EmitPolicy::Filter(Arc::new(filter));
         self
     }
 

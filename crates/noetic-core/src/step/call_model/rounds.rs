@@ -12,13 +12,14 @@
 
 use serde_json::Value;
 
-use super::CallModelSpec;
-use super::stream::{RoundEnv, run_round};
-use super::tools::{ToolSet, run_calls};
+use super::stream::{RoundEnv, RoundOutcome, run_round};
+use super::tools::{SKIPPED_BY_STEER, ToolSet, run_calls};
+use super::{CallModelSpec, EmitPolicy};
 use crate::context::{Context, StepMeta};
 use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item, Role};
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
+use crate::session::{Applied, SteerPoint};
 use crate::usage::Spend;
 use crate::{Error, Result};
 
@@ -55,7 +56,7 @@ pub(crate) async fn execute(
     let first_new_item = ctx.item_count();
     let (instructions, mut conversation) = assemble(spec.instructions.as_deref(), ctx.items());
     let tools = ToolSet::new(&spec.tools, harness.tools());
-    let emit = spec.emit;
+    let emit = &spec.emit;
     let env = RoundEnv {
         provider: &*provider,
         provider_name: &provider_name,
@@ -73,16 +74,32 @@ pub(crate) async fn execute(
     let mut carry_continue = false;
     let response = loop {
         ctx.check_aborted()?;
+        if let Some(inbox) = ctx.steers() {
+            // `before_round` is offered before every request of the turn but its first.
+            if inbox.mark_request() && inbox.has_pending() {
+                let applied = inbox.take(SteerPoint::BeforeRound, ctx);
+                apply_steers(
+                    ctx,
+                    &mut conversation,
+                    applied,
+                    SteerPoint::BeforeRound,
+                    round,
+                );
+            }
+        }
         if carry_continue {
             conversation.push(Item::user_text(CONTINUE));
         }
-        if emit {
-            ctx.emit(FrameworkEvent::ModelCallStarted {
-                round,
-                message_count: conversation.len(),
-                tool_count: tools.specs.len(),
-                recovery_continuation: carry_continue,
-            });
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ModelCallStarted {
+                    round,
+                    message_count: conversation.len(),
+                    tool_count: tools.specs.len(),
+                    recovery_continuation: carry_continue,
+                },
+            );
         }
         let mut request = ModelRequest::new(&spec.model, &conversation, &spec.params)
             .with_instructions(instructions.as_deref())
@@ -96,7 +113,31 @@ pub(crate) async fn execute(
             conversation.pop();
             carry_continue = false;
         }
-        let response = result?;
+        let response = match result? {
+            RoundOutcome::Finished(response) => response,
+            RoundOutcome::Steered { completed, applied } => {
+                // The round was cut at an `item_done` point: keep what completed, answer its calls,
+                // then the steer, then ask again.
+                let calls: Vec<FunctionCallItem> = completed
+                    .iter()
+                    .filter_map(Item::as_function_call)
+                    .cloned()
+                    .collect();
+                for item in completed {
+                    ctx.append_item(item.clone());
+                    conversation.push(item);
+                }
+                for call in &calls {
+                    let output = Item::function_call_output(call.call_id.clone(), SKIPPED_BY_STEER);
+                    ctx.append_item(output.clone());
+                    conversation.push(output);
+                }
+                tool_calls.extend(calls);
+                apply_steers(ctx, &mut conversation, applied, SteerPoint::ItemDone, round);
+                round += 1;
+                continue;
+            }
+        };
         let round_spend = Spend {
             usage: response.usage.unwrap_or_default(),
             cost: response.cost,
@@ -108,13 +149,16 @@ pub(crate) async fn execute(
             failures += 1;
             let recoverable = failures <= MAX_RECOVERIES;
             let message = failure_message(&response);
-            if emit {
-                ctx.emit(FrameworkEvent::ModelCallFailed {
-                    round,
-                    status: response.status,
-                    error: message.clone(),
-                    recoverable,
-                });
+            if emit.active(ctx) {
+                emit.emit(
+                    ctx,
+                    FrameworkEvent::ModelCallFailed {
+                        round,
+                        status: response.status,
+                        error: message.clone(),
+                        recoverable,
+                    },
+                );
             }
             if !recoverable {
                 return Err(Error::ModelCallFailed {
@@ -124,24 +168,30 @@ pub(crate) async fn execute(
                     message,
                 });
             }
-            if emit {
-                ctx.emit(FrameworkEvent::ModelCallRecoveryContinue {
-                    round,
-                    status: response.status,
-                    attempt: failures,
-                    max_attempts: MAX_RECOVERIES,
-                });
+            if emit.active(ctx) {
+                emit.emit(
+                    ctx,
+                    FrameworkEvent::ModelCallRecoveryContinue {
+                        round,
+                        status: response.status,
+                        attempt: failures,
+                        max_attempts: MAX_RECOVERIES,
+                    },
+                );
             }
             carry_continue = true;
             round += 1;
             continue;
         }
         failures = 0;
-        if emit {
-            ctx.emit(FrameworkEvent::ModelCallCompleted {
-                round,
-                item_count: response.items.len(),
-            });
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ModelCallCompleted {
+                    round,
+                    item_count: response.items.len(),
+                },
+            );
         }
 
         let calls: Vec<FunctionCallItem> = response.function_calls().cloned().collect();
@@ -171,21 +221,36 @@ pub(crate) async fn execute(
             ctx.append_item(item.clone());
             conversation.push(item);
         }
-        if emit {
-            ctx.emit(FrameworkEvent::ToolRoundStarted {
-                round,
-                tool_count: calls.len(),
-            });
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ToolRoundStarted {
+                    round,
+                    tool_count: calls.len(),
+                },
+            );
         }
-        let outputs = run_calls(&calls, &tools, ctx, spec.tool_concurrency, emit).await?;
-        if emit {
-            ctx.emit(FrameworkEvent::ToolRoundCompleted {
-                round,
-                tool_count: calls.len(),
-            });
+        let outcome = run_calls(&calls, &tools, ctx, spec.tool_concurrency, emit).await?;
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ToolRoundCompleted {
+                    round,
+                    tool_count: calls.len(),
+                },
+            );
         }
-        conversation.extend(outputs);
+        conversation.extend(outcome.outputs);
         tool_calls.extend(calls);
+        if let Some(applied) = outcome.steered {
+            apply_steers(
+                ctx,
+                &mut conversation,
+                applied,
+                SteerPoint::BeforeToolCall,
+                round,
+            );
+        }
         tool_rounds += 1;
         if tool_rounds == MAX_TOOL_ROUNDS {
             limit_attempts = 1;
@@ -206,6 +271,29 @@ pub(crate) async fn execute(
             message,
         }),
     }
+}
+
+/// Appends applied steers (role and content parts as sent) to the log and the conversation, and emits
+/// `steer_applied` (a session event: not subject to the step's `emit` policy).
+fn apply_steers(
+    ctx: &Context,
+    conversation: &mut Vec<Item>,
+    applied: Applied,
+    point: SteerPoint,
+    round: u32,
+) {
+    if applied.is_empty() {
+        return;
+    }
+    for item in applied.items {
+        ctx.append_item(item.clone());
+        conversation.push(item);
+    }
+    ctx.emit(FrameworkEvent::SteerApplied {
+        message_ids: applied.message_ids,
+        point,
+        round,
+    });
 }
 
 /// Splits the log into instructions (the step's, then the texts of system items, blank-line separated)
@@ -249,13 +337,16 @@ fn failure_message(response: &ModelResponse) -> String {
     }
 }
 
-fn limit_exceeded(ctx: &Context, emit: bool, attempt: u32) {
-    if emit {
-        ctx.emit(FrameworkEvent::ToolRoundLimitExceeded {
-            max_tool_rounds: MAX_TOOL_ROUNDS,
-            attempt,
-            max_attempts: MAX_RECOVERIES,
-        });
+fn limit_exceeded(ctx: &Context, emit: &EmitPolicy, attempt: u32) {
+    if emit.active(ctx) {
+        emit.emit(
+            ctx,
+            FrameworkEvent::ToolRoundLimitExceeded {
+                max_tool_rounds: MAX_TOOL_ROUNDS,
+                attempt,
+                max_attempts: MAX_RECOVERIES,
+            },
+        );
     }
 }
 

@@ -6,9 +6,14 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
+use super::EmitPolicy;
 use crate::context::Context;
 use crate::event::{FrameworkEvent, StreamEvent};
-use crate::model::{ModelProvider, ModelRequest, ModelResponse, ResponseAccumulator};
+use crate::item::Item;
+use crate::model::{
+    ModelProvider, ModelRequest, ModelResponse, ResponseAccumulator, ResponseEvent,
+};
+use crate::session::{Applied, SteerPoint};
 use crate::{Error, Result};
 
 /// What a round needs besides the request.
@@ -17,7 +22,20 @@ pub(super) struct RoundEnv<'a> {
     pub(super) provider_name: &'a str,
     pub(super) ctx: &'a Context,
     pub(super) idle_timeout: Duration,
-    pub(super) emit: bool,
+    pub(super) emit: &'a EmitPolicy,
+}
+
+/// How a round ended.
+pub(super) enum RoundOutcome {
+    /// The response finished.
+    Finished(ModelResponse),
+    /// A steer was applied when an item finished: the rest of the stream was cut.
+    Steered {
+        /// The items completed before the cut, in output order.
+        completed: Vec<Item>,
+        /// The steers to append.
+        applied: Applied,
+    },
 }
 
 /// Runs one round.
@@ -27,6 +45,9 @@ pub(super) struct RoundEnv<'a> {
 /// back to `last event + idle` if an event came since. So a busy stream costs one clock read per event,
 /// not a timer re-registration.
 ///
+/// When the context takes steers, every finished output item is an `item_done` steer point: if a steer
+/// applies there, the stream is dropped (the request is cancelled) and the completed items returned.
+///
 /// # Errors
 /// `CANCELLED` when the context is aborted (the request is dropped at once), `MODEL_STREAM_STALLED` when
 /// the watchdog fires (after emitting `model_call_stalled`), the provider's error, or `PROVIDER_ERROR`
@@ -34,7 +55,7 @@ pub(super) struct RoundEnv<'a> {
 pub(super) async fn run_round(
     env: &RoundEnv<'_>,
     request: &ModelRequest<'_>,
-) -> Result<ModelResponse> {
+) -> Result<RoundOutcome> {
     let RoundEnv {
         provider,
         provider_name,
@@ -44,15 +65,19 @@ pub(super) async fn run_round(
     } = *env;
     let round = request.round;
     let stalled = || {
-        if emit {
-            ctx.emit(FrameworkEvent::ModelCallStalled {
-                round,
-                idle_timeout_ms: idle_timeout.as_millis() as u64,
-            });
+        let idle_timeout_ms = u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX);
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ModelCallStalled {
+                    round,
+                    idle_timeout_ms,
+                },
+            );
         }
         Error::ModelStreamStalled {
             round,
-            idle_timeout_ms: idle_timeout.as_millis() as u64,
+            idle_timeout_ms,
         }
     };
     let watchdog = tokio::time::sleep(idle_timeout);
@@ -69,6 +94,7 @@ pub(super) async fn run_round(
     let mut last_event = Instant::now();
     watchdog.as_mut().reset(last_event + idle_timeout);
     let mut first = true;
+    let steers = ctx.steers();
     loop {
         let next = tokio::select! {
             biased;
@@ -88,21 +114,30 @@ pub(super) async fn run_round(
         last_event = Instant::now();
         if first {
             first = false;
-            if emit {
-                ctx.emit(FrameworkEvent::ModelCallFirstEvent { round });
+            if emit.active(ctx) {
+                emit.emit(ctx, FrameworkEvent::ModelCallFirstEvent { round });
             }
         }
-        accumulator.push(&event);
-        let terminal =
-            accumulator.is_terminal() && matches!(event, crate::model::ResponseEvent::Finished(_));
+        let item_done = accumulator.push(&event).is_some();
+        let terminal = matches!(event, ResponseEvent::Finished(_));
         if ctx.has_event_sink() {
             ctx.emit_stream(StreamEvent::Sdk(Arc::new(event)));
         }
         if terminal {
             break;
         }
+        if item_done && let Some(inbox) = steers.filter(|inbox| inbox.has_pending()) {
+            let applied = inbox.take(SteerPoint::ItemDone, ctx);
+            if !applied.is_empty() {
+                // Dropping `events` here cancels the rest of the response.
+                let completed = accumulator.completed_items().cloned().collect();
+                return Ok(RoundOutcome::Steered { completed, applied });
+            }
+        }
     }
-    accumulator.finish(provider_name, round)
+    accumulator
+        .finish(provider_name, round)
+        .map(RoundOutcome::Finished)
 }
 
 /// Stamps the round on a provider error that does not carry one yet.

@@ -6,12 +6,14 @@ use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use serde_json::Value;
 
+use super::EmitPolicy;
 use crate::Result;
 use crate::context::Context;
 use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::{LayerDecision, ToolCallView, gate_tool_call};
 use crate::model::ToolSpec;
+use crate::session::{Applied, SteerPoint};
 use crate::tool::{Tool, ToolContext, output_text};
 
 /// The tools of one step: what is offered, and how wire names map back.
@@ -57,8 +59,24 @@ impl CallOutcome {
     }
 }
 
+/// The text a function call gets when a steer ended its round before it ran.
+pub(crate) const SKIPPED_BY_STEER: &str =
+    "Tool call skipped: the user sent a new message before it ran.";
+
+/// What running a round's calls produced.
+pub(super) struct CallsOutcome {
+    /// The `function_call_output` items, one per call, in call order.
+    pub(super) outputs: Vec<Item>,
+    /// Steers applied before a call (`before_tool_call`): that call and the later ones were skipped.
+    pub(super) steered: Option<Applied>,
+}
+
 /// Runs the calls (up to `concurrency` at once), appends each `function_call_output` to the context's
 /// log in call order, and returns those items.
+///
+/// When calls run one at a time and the context takes steers, each call is a `before_tool_call` steer
+/// point: a steer applied there skips that call and the rest, each answered with [`SKIPPED_BY_STEER`]
+/// so the history stays valid.
 ///
 /// # Errors
 /// `CANCELLED` when the context is aborted before a call starts; the calls after it do not run.
@@ -67,8 +85,35 @@ pub(super) async fn run_calls(
     tools: &ToolSet,
     ctx: &Context,
     concurrency: usize,
-    emit: bool,
-) -> Result<Vec<Item>> {
+    emit: &EmitPolicy,
+) -> Result<CallsOutcome> {
+    let mut items = Vec::with_capacity(calls.len());
+    if concurrency <= 1 {
+        for (index, call) in calls.iter().enumerate() {
+            if let Some(inbox) = ctx.steers().filter(|inbox| inbox.has_pending()) {
+                let applied = inbox.take(SteerPoint::BeforeToolCall, ctx);
+                if !applied.is_empty() {
+                    for skipped in &calls[index..] {
+                        let outcome = CallOutcome {
+                            output: SKIPPED_BY_STEER.to_owned(),
+                            error: true,
+                        };
+                        items.push(record(ctx, skipped, outcome, emit));
+                    }
+                    return Ok(CallsOutcome {
+                        outputs: items,
+                        steered: Some(applied),
+                    });
+                }
+            }
+            let outcome = start_call(call, tools, ctx, emit).await?;
+            items.push(record(ctx, call, outcome, emit));
+        }
+        return Ok(CallsOutcome {
+            outputs: items,
+            steered: None,
+        });
+    }
     // Boxed so the stream's item type is concrete (closures returning borrowing async blocks trip the
     // compiler's `Send` inference for the enclosing future).
     let starts: Vec<BoxFuture<'_, Result<CallOutcome>>> = calls
@@ -77,38 +122,50 @@ pub(super) async fn run_calls(
         .collect();
     let outcomes = futures_util::stream::iter(starts).buffered(concurrency);
     futures_util::pin_mut!(outcomes);
-    let mut items = Vec::with_capacity(calls.len());
     let mut index = 0;
     while let Some(outcome) = outcomes.try_next().await? {
-        let call = &calls[index];
+        items.push(record(ctx, &calls[index], outcome, emit));
         index += 1;
-        let item = Item::function_call_output(call.call_id.clone(), outcome.output.clone());
-        ctx.append_item(item.clone());
-        if emit {
-            ctx.emit(FrameworkEvent::ToolCallCompleted {
+    }
+    Ok(CallsOutcome {
+        outputs: items,
+        steered: None,
+    })
+}
+
+/// Appends a call's output item and emits `tool_call_completed`.
+fn record(ctx: &Context, call: &FunctionCallItem, outcome: CallOutcome, emit: &EmitPolicy) -> Item {
+    let item = Item::function_call_output(call.call_id.clone(), outcome.output.clone());
+    ctx.append_item(item.clone());
+    if emit.active(ctx) {
+        emit.emit(
+            ctx,
+            FrameworkEvent::ToolCallCompleted {
                 name: call.name.clone(),
                 call_id: call.call_id.clone(),
                 error: outcome.error,
                 output: outcome.output,
-            });
-        }
-        items.push(item);
+            },
+        );
     }
-    Ok(items)
+    item
 }
 
 async fn start_call(
     call: &FunctionCallItem,
     tools: &ToolSet,
     ctx: &Context,
-    emit: bool,
+    emit: &EmitPolicy,
 ) -> Result<CallOutcome> {
     ctx.check_aborted()?;
-    if emit {
-        ctx.emit(FrameworkEvent::ToolCallStarted {
-            name: call.name.clone(),
-            call_id: call.call_id.clone(),
-        });
+    if emit.active(ctx) {
+        emit.emit(
+            ctx,
+            FrameworkEvent::ToolCallStarted {
+                name: call.name.clone(),
+                call_id: call.call_id.clone(),
+            },
+        );
     }
     Ok(run_call(call, tools, ctx).await)
 }

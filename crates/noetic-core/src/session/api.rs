@@ -1,0 +1,312 @@
+//! The session surface of [`AgentHarness`]: `execute`, responses, status, usage, abort, history and
+//! streams, all scoped by thread.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use serde_json::Value;
+
+use super::runner::Message;
+use super::streams::{ItemSnapshot, item_snapshots};
+use super::{DEFAULT_THREAD, DeliveryMode};
+use crate::event::StreamEvent;
+use crate::harness::AgentHarness;
+use crate::item::Item;
+use crate::model::{ReasoningKind, ResponseEvent};
+use crate::usage::{Spend, TokenUsage};
+use crate::{Error, Result};
+
+/// What `execute` accepts: text (one user message with one `input_text` part; empty text is no
+/// item), one item, or several items, used as given.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Input {
+    /// A user message's text.
+    Text(String),
+    /// One item.
+    Item(Item),
+    /// Several items.
+    Items(Vec<Item>),
+}
+
+impl Input {
+    pub(crate) fn into_items(self) -> Vec<Item> {
+        match self {
+            Input::Text(text) if text.is_empty() => Vec::new(),
+            Input::Text(text) => vec![Item::user_text(text)],
+            Input::Item(item) => vec![item],
+            Input::Items(items) => items,
+        }
+    }
+}
+
+impl From<&str> for Input {
+    fn from(text: &str) -> Self {
+        Input::Text(text.to_owned())
+    }
+}
+
+impl From<String> for Input {
+    fn from(text: String) -> Self {
+        Input::Text(text)
+    }
+}
+
+impl From<Item> for Input {
+    fn from(item: Item) -> Self {
+        Input::Item(item)
+    }
+}
+
+impl From<Vec<Item>> for Input {
+    fn from(items: Vec<Item>) -> Self {
+        Input::Items(items)
+    }
+}
+
+/// Options of [`AgentHarness::execute`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecuteOptions {
+    /// The thread (default [`DEFAULT_THREAD`]).
+    pub thread_id: Option<String>,
+    /// The resource (user, tenant) the turn runs for; model calls see it.
+    pub resource_id: Option<String>,
+    /// How the message meets a running turn (default: the harness's, else `next-turn`).
+    pub delivery_mode: Option<DeliveryMode>,
+    /// The message's id (default `msg-<uuid>`), as it appears in `turn_started` and steer events.
+    pub message_id: Option<String>,
+}
+
+impl ExecuteOptions {
+    /// Sets the thread.
+    pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Sets the resource id.
+    pub fn resource_id(mut self, resource_id: impl Into<String>) -> Self {
+        self.resource_id = Some(resource_id.into());
+        self
+    }
+
+    /// Sets the delivery mode.
+    pub fn delivery_mode(mut self, mode: DeliveryMode) -> Self {
+        self.delivery_mode = Some(mode);
+        self
+    }
+
+    /// Sets the message id.
+    pub fn message_id(mut self, message_id: impl Into<String>) -> Self {
+        self.message_id = Some(message_id.into());
+        self
+    }
+}
+
+/// Which session an accessor looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// The thread (default [`DEFAULT_THREAD`]).
+    pub thread_id: Option<String>,
+}
+
+impl Scope {
+    /// The scope of `thread_id`.
+    pub fn thread(thread_id: impl Into<String>) -> Self {
+        Scope {
+            thread_id: Some(thread_id.into()),
+        }
+    }
+
+    fn thread_id(&self) -> &str {
+        self.thread_id.as_deref().unwrap_or(DEFAULT_THREAD)
+    }
+}
+
+/// Options of [`AgentHarness::abort`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AbortOptions {
+    /// The thread (default [`DEFAULT_THREAD`]).
+    pub thread_id: Option<String>,
+    /// Why (becomes the turn's `CANCELLED` reason).
+    pub reason: Option<String>,
+}
+
+/// What a session is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionStatus {
+    /// No turn is running.
+    Idle,
+    /// A turn is running.
+    Running {
+        /// The turn's id.
+        turn_id: String,
+        /// When it started.
+        started_at: SystemTime,
+    },
+    /// The running turn was asked to stop and has not stopped yet.
+    Aborting {
+        /// The turn's id.
+        turn_id: String,
+    },
+}
+
+/// The outcome of a session turn.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HarnessResponse {
+    /// The whole conversation after the turn (seeded history, earlier turns, this turn).
+    pub items: Vec<Item>,
+    /// Tokens this turn used.
+    pub usage: TokenUsage,
+    /// What this turn cost, when reported.
+    pub cost: Option<f64>,
+    /// The agent graph's output as text (a string output as is, anything else as JSON).
+    pub text: String,
+    /// The agent graph's output.
+    pub output: Value,
+}
+
+impl AgentHarness {
+    /// Queues `input` on the thread's session and returns once it is accepted — before the model
+    /// answers. Turns run one at a time per thread; see [`crate::session`] for delivery modes.
+    ///
+    /// # Errors
+    /// [`Error::NoStepConfigured`] when the harness has no agent graph.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the message is queued before the first await point (there is none).
+    pub async fn execute(&self, input: impl Into<Input>, options: ExecuteOptions) -> Result<()> {
+        let graph = self.agent_graph_node().ok_or(Error::NoStepConfigured)?;
+        let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
+        let session = self.sessions().get_or_create(thread_id);
+        let message = Message {
+            id: options
+                .message_id
+                .unwrap_or_else(|| format!("msg-{}", uuid::Uuid::new_v4())),
+            items: input.into().into_items(),
+            mode: options
+                .delivery_mode
+                .unwrap_or_else(|| self.default_delivery_mode()),
+            resource_id: options.resource_id,
+        };
+        session.enqueue(self, graph, message);
+        Ok(())
+    }
+
+    /// Waits until the thread is idle with an empty queue, then returns the last turn's response.
+    /// Before any turn it waits for the first one.
+    ///
+    /// # Errors
+    /// [`Error::TurnFailed`] (with the turn's own error and code) when the last turn failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn agent_response(&self, scope: Scope) -> Result<HarnessResponse> {
+        self.sessions()
+            .get_or_create(scope.thread_id())
+            .response()
+            .await
+    }
+
+    /// What the thread is doing (`Idle` for a thread never used).
+    pub fn status(&self, scope: Scope) -> SessionStatus {
+        self.sessions()
+            .get(scope.thread_id())
+            .map_or(SessionStatus::Idle, |session| session.status())
+    }
+
+    /// Tokens and cost of every turn of the thread so far, failed ones included.
+    pub fn usage(&self, scope: Scope) -> Spend {
+        self.sessions()
+            .get(scope.thread_id())
+            .map(|session| session.spend())
+            .unwrap_or_default()
+    }
+
+    /// Messages waiting for the thread's next turn.
+    pub fn queue_len(&self, scope: Scope) -> usize {
+        self.sessions()
+            .get(scope.thread_id())
+            .map_or(0, |session| session.queue_len())
+    }
+
+    /// The thread's conversation history (empty for a thread never used).
+    pub fn session_history(&self, scope: Scope) -> Vec<Item> {
+        self.sessions()
+            .get(scope.thread_id())
+            .map(|session| session.history())
+            .unwrap_or_default()
+    }
+
+    /// Aborts the thread's running turn and waits until it has ended (`CANCELLED`, with `reason`).
+    /// Messages queued behind it still run.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the abort is requested before the first await point.
+    pub async fn abort(&self, options: AbortOptions) {
+        let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
+        if let Some(session) = self.sessions().get(thread_id) {
+            session.abort(options.reason).await;
+        }
+    }
+
+    /// Replaces the thread's history before its next turn (e.g. items read back from disk).
+    pub fn seed_session_history(&self, thread_id: &str, items: Vec<Item>) {
+        self.sessions().get_or_create(thread_id).seed_history(items);
+    }
+
+    /// Every event of the thread's turns: provider events, framework events, and `Lagged` when this
+    /// subscriber fell behind. Subscribe before the first `execute` to see everything; a later
+    /// subscriber starts with a bounded replay of recent events. The stream never ends by itself.
+    pub fn events(&self, scope: Scope) -> BoxStream<'static, Arc<StreamEvent>> {
+        self.sessions()
+            .get_or_create(scope.thread_id())
+            .subscribe()
+            .into_stream()
+            .boxed()
+    }
+
+    /// The text deltas of the thread's model calls, across turns.
+    pub fn text_stream(&self, scope: Scope) -> BoxStream<'static, String> {
+        self.events(scope)
+            .filter_map(|event| async move {
+                match &*event {
+                    StreamEvent::Sdk(sdk) => match &**sdk {
+                        ResponseEvent::OutputTextDelta { delta, .. } => Some(delta.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            })
+            .boxed()
+    }
+
+    /// The reasoning deltas (raw reasoning text and summaries) of the thread's model calls.
+    pub fn reasoning_stream(&self, scope: Scope) -> BoxStream<'static, String> {
+        self.events(scope)
+            .filter_map(|event| async move {
+                match &*event {
+                    StreamEvent::Sdk(sdk) => match &**sdk {
+                        ResponseEvent::ReasoningDelta {
+                            kind: ReasoningKind::Text | ReasoningKind::Summary,
+                            delta,
+                            ..
+                        } => Some(delta.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            })
+            .boxed()
+    }
+
+    /// Item snapshots of the thread: inputs and tool outputs complete, model output items as they
+    /// stream (incomplete, then complete). Replace snapshots by [`ItemSnapshot::key`].
+    pub fn item_stream(&self, scope: Scope) -> BoxStream<'static, ItemSnapshot> {
+        item_snapshots(self.events(scope)).boxed()
+    }
+}

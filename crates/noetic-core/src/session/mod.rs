@@ -1,0 +1,51 @@
+//! Sessions: `execute()`, per-thread queues, delivery modes, steering and session streams.
+//!
+//! Each thread id has a session: a queue of messages, the conversation history, an event bus and,
+//! while a turn runs, that turn's context and steer inbox. `execute()` puts a message on the queue and
+//! returns at once; a runner task takes every queued message as the input of one turn, runs the agent
+//! graph on a context seeded with the history, and repeats until the queue is empty. Different threads
+//! run concurrently; one thread runs one turn at a time.
+//!
+//! Delivery modes decide how a message meets a running turn:
+//! - `next-turn` (default): it waits for the next turn, coalesced with the other queued messages;
+//! - `between-rounds` / `next-item`: it is a **steer** and joins the running turn at the next steer
+//!   point of its model calls (see [`SteerPoint`]); with no turn running it starts one;
+//! - `interrupt`: the running turn is aborted and a new one starts with the message first.
+//!
+//! No message is ever lost: a steer still held when its turn ends starts the next turn, and a failed
+//! or aborted turn keeps its input (and the items that completed) in the history.
+
+mod api;
+mod bus;
+mod runner;
+mod steer;
+mod streams;
+
+pub use api::{AbortOptions, ExecuteOptions, HarnessResponse, Input, Scope, SessionStatus};
+pub use bus::DEFAULT_EVENT_CAPACITY;
+pub use steer::{OnSteer, Steer, SteerDecision, SteerPoint, default_decision};
+pub use streams::ItemSnapshot;
+
+pub(crate) use runner::Sessions;
+pub(crate) use steer::{Applied, SteerInbox};
+
+use serde::{Deserialize, Serialize};
+
+/// The thread used when `ExecuteOptions::thread_id` is not set.
+pub const DEFAULT_THREAD: &str = "__default__";
+
+/// How a message meets a running turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum DeliveryMode {
+    /// Wait for the next turn (coalesced with other queued messages).
+    #[default]
+    NextTurn,
+    /// Join the running turn before its next model request.
+    BetweenRounds,
+    /// Join the running turn as soon as the model finishes its current output item.
+    NextItem,
+    /// Abort the running turn and start a new one with this message first.
+    Interrupt,
+}

@@ -1,0 +1,374 @@
+//! The per-thread session: its queue, history and event bus, and the runner task that turns queued
+//! messages into turns, one at a time.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::DeliveryMode;
+use super::api::{HarnessResponse, SessionStatus};
+use super::bus::{DEFAULT_EVENT_CAPACITY, EventBus, Subscription};
+use super::steer::{Steer, SteerInbox};
+use crate::context::{Context, ContextOptions};
+use crate::event::{FrameworkEvent, StreamEvent};
+use crate::harness::AgentHarness;
+use crate::item::Item;
+use crate::step::{StepNode, execute};
+use crate::usage::Spend;
+use crate::{Error, Result};
+
+/// The output given to a function call that never ran because its turn ended.
+pub(crate) const ABORTED_CALL_OUTPUT: &str =
+    "Tool call not run: the turn was aborted before it ran.";
+
+/// A queued message.
+#[derive(Debug, Clone)]
+pub(crate) struct Message {
+    pub(crate) id: String,
+    pub(crate) items: Vec<Item>,
+    pub(crate) mode: DeliveryMode,
+    pub(crate) resource_id: Option<String>,
+}
+
+/// All sessions of a harness, by thread id.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Sessions {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The session of `thread_id`, created when missing.
+    pub(crate) fn get_or_create(&self, thread_id: &str) -> Arc<Session> {
+        self.map()
+            .entry(thread_id.to_owned())
+            .or_insert_with(|| Arc::new(Session::new(thread_id.to_owned())))
+            .clone()
+    }
+
+    /// The session of `thread_id`, without creating one.
+    pub(crate) fn get(&self, thread_id: &str) -> Option<Arc<Session>> {
+        self.map().get(thread_id).cloned()
+    }
+
+    /// How many sessions exist.
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+/// One thread's session.
+pub(crate) struct Session {
+    thread_id: String,
+    bus: Arc<EventBus>,
+    state: Mutex<State>,
+    /// Bumped after every change a waiter may care about (turn end, runner stop).
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Message>,
+    history: Vec<Item>,
+    running: Option<Running>,
+    runner_active: bool,
+    last: Option<std::result::Result<HarnessResponse, Arc<Error>>>,
+    spend: Spend,
+}
+
+struct Running {
+    turn_id: String,
+    ctx: Context,
+    inbox: Arc<SteerInbox>,
+    started_at: SystemTime,
+    aborting: bool,
+}
+
+impl Session {
+    fn new(thread_id: String) -> Self {
+        Session {
+            thread_id,
+            bus: Arc::new(EventBus::new(DEFAULT_EVENT_CAPACITY)),
+            state: Mutex::new(State::default()),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    pub(crate) fn subscribe(&self) -> Subscription {
+        self.bus.subscribe()
+    }
+
+    /// Queues a message (or hands a steer to the running turn) and makes sure a runner is going.
+    pub(crate) fn enqueue(
+        self: &Arc<Self>,
+        harness: &AgentHarness,
+        graph: Arc<StepNode>,
+        message: Message,
+    ) {
+        let mut state = self.state();
+        let running = state.running.as_mut().filter(|running| !running.aborting);
+        match (message.mode, running) {
+            (DeliveryMode::BetweenRounds | DeliveryMode::NextItem, Some(running)) => {
+                running.inbox.push(Steer {
+                    message_id: message.id,
+                    mode: message.mode,
+                    items: message.items,
+                });
+                return;
+            }
+            (DeliveryMode::Interrupt, Some(running)) => {
+                running.aborting = true;
+                running.ctx.abort(Some("interrupt".to_owned()));
+                state.queue.push_front(message);
+            }
+            _ => state.queue.push_back(message),
+        }
+        if !state.runner_active {
+            state.runner_active = true;
+            drop(state);
+            harness.spawn_session_task(run_session(self.clone(), harness.clone(), graph));
+        }
+    }
+
+    pub(crate) fn seed_history(&self, items: Vec<Item>) {
+        self.state().history = items;
+    }
+
+    pub(crate) fn history(&self) -> Vec<Item> {
+        self.state().history.clone()
+    }
+
+    pub(crate) fn status(&self) -> SessionStatus {
+        match &self.state().running {
+            None => SessionStatus::Idle,
+            Some(running) if running.aborting => SessionStatus::Aborting {
+                turn_id: running.turn_id.clone(),
+            },
+            Some(running) => SessionStatus::Running {
+                turn_id: running.turn_id.clone(),
+                started_at: running.started_at,
+            },
+        }
+    }
+
+    pub(crate) fn spend(&self) -> Spend {
+        self.state().spend
+    }
+
+    pub(crate) fn queue_len(&self) -> usize {
+        self.state().queue.len()
+    }
+
+    /// Aborts the running turn (if any) and waits until it has ended. Queued messages stay queued.
+    pub(crate) async fn abort(&self, reason: Option<String>) {
+        let turn_id = {
+            let mut state = self.state();
+            let Some(running) = state.running.as_mut() else {
+                return;
+            };
+            if !running.aborting {
+                running.aborting = true;
+                running.ctx.abort(reason);
+            }
+            running.turn_id.clone()
+        };
+        let mut changes = self.changed.subscribe();
+        loop {
+            let still_running = self
+                .state()
+                .running
+                .as_ref()
+                .is_some_and(|running| running.turn_id == turn_id);
+            if !still_running || changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits until the session is idle with an empty queue and a turn has ended, then returns the last
+    /// turn's outcome.
+    pub(crate) async fn response(&self) -> Result<HarnessResponse> {
+        let mut changes = self.changed.subscribe();
+        loop {
+            {
+                let state = self.state();
+                if !state.runner_active
+                    && state.queue.is_empty()
+                    && let Some(last) = &state.last
+                {
+                    return match last {
+                        Ok(response) => Ok(response.clone()),
+                        Err(error) => Err(Error::TurnFailed {
+                            source: error.clone(),
+                        }),
+                    };
+                }
+            }
+            if changes.changed().await.is_err() {
+                return Err(Error::cancelled(Some("session closed".to_owned())));
+            }
+        }
+    }
+}
+
+/// The runner: one turn per batch of queued messages until the queue is empty.
+async fn run_session(session: Arc<Session>, harness: AgentHarness, graph: Arc<StepNode>) {
+    loop {
+        let batch: Vec<Message> = {
+            let mut state = session.state();
+            if state.queue.is_empty() {
+                state.runner_active = false;
+                drop(state);
+                session.bump();
+                return;
+            }
+            state.queue.drain(..).collect()
+        };
+        run_turn(&session, &harness, &graph, batch).await;
+    }
+}
+
+async fn run_turn(
+    session: &Arc<Session>,
+    harness: &AgentHarness,
+    graph: &Arc<StepNode>,
+    batch: Vec<Message>,
+) {
+    let turn_id = uuid::Uuid::new_v4().to_string();
+    let started = tokio::time::Instant::now();
+    let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
+    let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
+    let inputs: Vec<Item> = batch
+        .into_iter()
+        .flat_map(|message| message.items)
+        .collect();
+    let inbox = Arc::new(SteerInbox::new(harness.on_steer_hook(), Vec::new()));
+
+    let ctx = {
+        let mut state = session.state();
+        let mut items = state.history.clone();
+        items.extend(inputs.iter().cloned());
+        let mut options = ContextOptions::new()
+            .thread_id(session.thread_id.clone())
+            .items(items);
+        options.resource_id = resource_id;
+        options.event_sink = Some(session.bus.clone());
+        options.steers = Some(inbox.clone());
+        let ctx = harness.create_context(options);
+        state.running = Some(Running {
+            turn_id: turn_id.clone(),
+            ctx: ctx.clone(),
+            inbox: inbox.clone(),
+            started_at: SystemTime::now(),
+            aborting: false,
+        });
+        ctx
+    };
+    session
+        .bus
+        .publish(StreamEvent::Framework(FrameworkEvent::TurnStarted {
+            turn_id: turn_id.clone(),
+            message_ids,
+        }));
+    for item in inputs {
+        session
+            .bus
+            .publish(StreamEvent::Framework(FrameworkEvent::ItemAppended {
+                item,
+            }));
+    }
+
+    let result = execute(graph, Value::String(String::new()), false, &ctx).await;
+
+    let held = inbox.drain();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let event = {
+        let mut state = session.state();
+        state.running = None;
+        state.spend += ctx.spend();
+        let mut history = ctx.items();
+        // Steers still held were never seen by the model: they start the next turn, in order.
+        for steer in held.into_iter().rev() {
+            state.queue.push_front(Message {
+                id: steer.message_id,
+                items: steer.items,
+                mode: DeliveryMode::NextTurn,
+                resource_id: None,
+            });
+        }
+        match result {
+            Ok(output) => {
+                let spend = ctx.spend();
+                let response = HarnessResponse {
+                    items: history.clone(),
+                    usage: spend.usage,
+                    cost: spend.cost,
+                    text: match &output {
+                        Value::String(text) => text.clone(),
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    },
+                    output,
+                };
+                state.history = history;
+                state.last = Some(Ok(response));
+                FrameworkEvent::TurnCompleted {
+                    turn_id,
+                    duration_ms,
+                }
+            }
+            Err(error) => {
+                answer_unanswered_calls(&mut history);
+                state.history = history;
+                let event = FrameworkEvent::TurnAborted {
+                    turn_id,
+                    reason: error.to_string(),
+                    error_kind: error.code(),
+                };
+                state.last = Some(Err(Arc::new(error)));
+                event
+            }
+        }
+    };
+    session.bus.publish(StreamEvent::Framework(event));
+    session.bump();
+}
+
+/// Gives every function call without an output an output saying the turn ended first, so the history
+/// stays valid for every provider.
+fn answer_unanswered_calls(history: &mut Vec<Item>) {
+    let answered: HashSet<String> = history
+        .iter()
+        .filter_map(|item| match item {
+            Item::FunctionCallOutput(output) => Some(output.call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let missing: Vec<String> = history
+        .iter()
+        .filter_map(Item::as_function_call)
+        .filter(|call| !answered.contains(&call.call_id))
+        .map(|call| call.call_id.clone())
+        .collect();
+    for call_id in missing {
+        history.push(Item::function_call_output(call_id, ABORTED_CALL_OUTPUT));
+    }
+}

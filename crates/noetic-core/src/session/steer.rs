@@ -1,0 +1,191 @@
+//! Steering: messages that join a running turn at the next steer point of its model calls.
+//!
+//! A model call offers queued steers at three points: `item_done` (the stream finished an output item),
+//! `before_tool_call` (before each tool call of a round, when calls run one at a time) and
+//! `before_round` (before each model request after the turn's first). By default a `next-item` steer
+//! applies at `item_done` or `before_round`, whichever comes first, and a `between-rounds` steer at
+//! `before_round`. An `on_steer` hook (the harness's, then each context layer's) may decide otherwise:
+//! apply now, hold for a later point, rewrite the items, or drop the steer.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use super::DeliveryMode;
+use crate::context::Context;
+use crate::event::FrameworkEvent;
+use crate::item::Item;
+
+/// Where a model call offers queued steers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SteerPoint {
+    /// The stream finished an output item.
+    ItemDone,
+    /// A tool call is about to run.
+    BeforeToolCall,
+    /// A model request (after the turn's first) is about to be sent.
+    BeforeRound,
+}
+
+/// A steering message waiting to join the running turn.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Steer {
+    /// The message's id.
+    pub message_id: String,
+    /// How it was delivered (`between-rounds` or `next-item`).
+    pub mode: DeliveryMode,
+    /// Its items (role and content parts as sent).
+    pub items: Vec<Item>,
+}
+
+/// What to do with a steer at a point.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SteerDecision {
+    /// Apply it now (at `item_done` or `before_tool_call` this ends the round).
+    Apply,
+    /// Offer it again at the next point (and, at turn end, start the next turn with it).
+    Hold,
+    /// Apply these items instead.
+    Rewrite(Vec<Item>),
+    /// Discard it (emits `steer_dropped`).
+    Drop,
+}
+
+/// The decision the defaults make.
+pub fn default_decision(mode: DeliveryMode, point: SteerPoint) -> SteerDecision {
+    match (mode, point) {
+        (DeliveryMode::NextItem, SteerPoint::ItemDone | SteerPoint::BeforeRound) => {
+            SteerDecision::Apply
+        }
+        (DeliveryMode::BetweenRounds, SteerPoint::BeforeRound) => SteerDecision::Apply,
+        _ => SteerDecision::Hold,
+    }
+}
+
+/// A hook deciding what happens to a steer; `None` leaves the decision to the next hook, then to the
+/// defaults.
+pub type OnSteer = dyn Fn(&Steer, SteerPoint, &Context) -> Option<SteerDecision> + Send + Sync;
+
+/// Steers applied at a point: their ids and the items to append, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    pub(crate) message_ids: Vec<String>,
+    pub(crate) items: Vec<Item>,
+}
+
+impl Applied {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.message_ids.is_empty()
+    }
+}
+
+/// The running turn's queue of steers, shared by the session (which pushes) and the turn's model
+/// calls (which take).
+pub(crate) struct SteerInbox {
+    pending: Mutex<VecDeque<Steer>>,
+    /// `pending.len()`, readable without the lock: every stream item checks it.
+    count: AtomicUsize,
+    /// Whether the turn has sent a model request yet (`before_round` is offered after the first).
+    requested: AtomicBool,
+    hook: Option<Arc<OnSteer>>,
+}
+
+impl SteerInbox {
+    pub(crate) fn new(hook: Option<Arc<OnSteer>>, initial: Vec<Steer>) -> Self {
+        let count = initial.len();
+        SteerInbox {
+            pending: Mutex::new(initial.into()),
+            count: AtomicUsize::new(count),
+            requested: AtomicBool::new(false),
+            hook,
+        }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, VecDeque<Steer>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn push(&self, steer: Steer) {
+        let mut pending = self.pending();
+        pending.push_back(steer);
+        self.count.store(pending.len(), Ordering::Release);
+    }
+
+    pub(crate) fn has_pending(&self) -> bool {
+        self.count.load(Ordering::Acquire) > 0
+    }
+
+    /// Records a model request; returns whether one had been sent before in this turn.
+    pub(crate) fn mark_request(&self) -> bool {
+        self.requested.swap(true, Ordering::AcqRel)
+    }
+
+    /// Decides every pending steer at `point`; returns those to apply now. Held steers stay queued in
+    /// order, dropped ones emit `steer_dropped`.
+    pub(crate) fn take(&self, point: SteerPoint, ctx: &Context) -> Applied {
+        let mut applied = Applied::default();
+        if !self.has_pending() {
+            return applied;
+        }
+        // Decide outside the lock: hooks may be slow or look at the context.
+        let candidates: Vec<Steer> = {
+            let mut pending = self.pending();
+            self.count.store(0, Ordering::Release);
+            pending.drain(..).collect()
+        };
+        let mut held = Vec::new();
+        for steer in candidates {
+            let decision = self.decide(&steer, point, ctx);
+            match decision {
+                SteerDecision::Apply => {
+                    applied.message_ids.push(steer.message_id);
+                    applied.items.extend(steer.items);
+                }
+                SteerDecision::Rewrite(items) => {
+                    applied.message_ids.push(steer.message_id);
+                    applied.items.extend(items);
+                }
+                SteerDecision::Drop => ctx.emit(FrameworkEvent::SteerDropped {
+                    message_id: steer.message_id,
+                    point,
+                }),
+                SteerDecision::Hold => held.push(steer),
+            }
+        }
+        if !held.is_empty() {
+            let mut pending = self.pending();
+            for steer in held.into_iter().rev() {
+                pending.push_front(steer);
+            }
+            self.count.store(pending.len(), Ordering::Release);
+        }
+        applied
+    }
+
+    fn decide(&self, steer: &Steer, point: SteerPoint, ctx: &Context) -> SteerDecision {
+        if let Some(decision) = self.hook.as_ref().and_then(|hook| hook(steer, point, ctx)) {
+            return decision;
+        }
+        for layer in ctx.layers() {
+            if let Some(decision) = layer.on_steer(steer, point, ctx) {
+                return decision;
+            }
+        }
+        default_decision(steer.mode, point)
+    }
+
+    /// The steers still queued (held) when the turn ends.
+    pub(crate) fn drain(&self) -> Vec<Steer> {
+        let mut pending = self.pending();
+        self.count.store(0, Ordering::Release);
+        pending.drain(..).collect()
+    }
+}
