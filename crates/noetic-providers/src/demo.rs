@@ -6,7 +6,8 @@
 //!   once, with arguments derived from the last user message (the first string parameter gets the
 //!   message text, other required parameters get plain defaults);
 //! - otherwise it answers in text built from the tool outputs it sees (or, without any, from the user's
-//!   message), streamed word by word.
+//!   message), streamed word by word; a user message after the last tool output (a steer) is
+//!   acknowledged at the end.
 //!
 //! The server is a minimal HTTP/1.1 implementation (keep-alive, `Content-Length` bodies) on tokio: a
 //! full server library would be a heavy dependency for a demo. It stops when the [`DemoModel`] is dropped.
@@ -259,8 +260,29 @@ fn answer(body: &Value, sequence: u64) -> String {
             (done, 12)
         }
         _ => {
-            let text = if outputs.is_empty() {
+            let last_is_user = input
+                .last()
+                .and_then(|item| item.get("role"))
+                .and_then(Value::as_str)
+                == Some("user");
+            let first_user = input
+                .iter()
+                .find(|item| item.get("role").and_then(Value::as_str) == Some("user"))
+                .map(message_text)
+                .unwrap_or_default();
+            let text = if outputs.is_empty() && first_user != user_text {
+                // Show that earlier turns are in the request (a restored history, say).
+                format!(
+                    "(offline demo model) You said: {user_text} (earlier you said: {first_user})"
+                )
+            } else if outputs.is_empty() {
                 format!("(offline demo model) You said: {user_text}")
+            } else if last_is_user {
+                // A message that arrived after the tool ran (a steer): acknowledge it.
+                format!(
+                    "(offline demo model) Here is what the tools returned: {} (noted: {user_text})",
+                    outputs.join(" | ")
+                )
             } else {
                 format!(
                     "(offline demo model) Here is what the tools returned: {}",

@@ -1,0 +1,68 @@
+//! The session examples, run as the real binaries (cargo builds examples for the package's tests).
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+fn run_example(name: &str, args: &[&str]) -> (String, String) {
+    let mut path = std::env::current_exe().unwrap();
+    path.pop(); // deps/
+    path.pop();
+    path.push("examples");
+    path.push(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let output = std::process::Command::new(&path)
+        .args(args)
+        .env_remove("OPENROUTER_API_KEY")
+        .output()
+        .unwrap_or_else(|error| panic!("run {}: {error}", path.display()));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{name} failed: {stderr}");
+    (String::from_utf8(output.stdout).unwrap(), stderr)
+}
+
+#[test]
+fn the_steering_example_applies_the_steer_inside_the_running_turn() {
+    let (stdout, _) = run_example("steering", &[]);
+    assert!(
+        stdout.contains(r#"steer ["steer-1"] applied at BeforeRound in round 1"#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(noted: Focus on the 2015 1.0 release.)"),
+        "{stdout}"
+    );
+    // One turn only: the steer joined it rather than starting another.
+    assert_eq!(
+        stdout.matches("researcher:turn_started").count(),
+        1,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_jsonl_example_continues_the_conversation_after_a_restart() {
+    let dir = std::env::temp_dir().join(format!("noetic-jsonl-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("chat.jsonl");
+    let _ = std::fs::remove_file(&file);
+    let (stdout, _) = run_example("jsonl_history", &[file.to_str().unwrap()]);
+    assert!(stdout.contains("run 2: (offline demo model) You said: What did I tell you? (earlier you said: My name is Ada.)"), "{stdout}");
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        lines.len(),
+        4,
+        "two user messages and two answers, each once"
+    );
+    // Running again appends, never rewrites.
+    run_example("jsonl_history", &[file.to_str().unwrap()]);
+    let again: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(&again[..4], &lines[..]);
+    assert_eq!(again.len(), 8);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
