@@ -144,7 +144,8 @@ struct ContextInner {
     cancel: CancellationToken,
     abort_reason: OnceLock<Option<String>>,
     sink: Option<Arc<dyn EventSink>>,
-    layers: Arc<[Arc<dyn ContextLayer>]>,
+    /// Swappable so `with_context` can change the layers of the same context for a while.
+    layers: Mutex<Arc<[Arc<dyn ContextLayer>]>>,
     steers: Option<Arc<SteerInbox>>,
     started: Instant,
 }
@@ -182,7 +183,7 @@ impl Context {
                 parent.depth() + 1,
                 parent.inner.cancel.child_token(),
                 event_sink.or_else(|| parent.inner.sink.clone()),
-                Some(parent.inner.layers.clone()),
+                Some(parent.layers()),
             ),
             None => (0, CancellationToken::new(), event_sink, None),
         };
@@ -208,7 +209,7 @@ impl Context {
                 cancel,
                 abort_reason: OnceLock::new(),
                 sink,
-                layers,
+                layers: Mutex::new(layers),
                 steers,
                 started: Instant::now(),
             }),
@@ -234,7 +235,7 @@ impl Context {
                 cancel: inner.cancel.child_token(),
                 abort_reason: OnceLock::new(),
                 sink: inner.sink.clone(),
-                layers: spec.layers.unwrap_or_else(|| inner.layers.clone()),
+                layers: Mutex::new(spec.layers.unwrap_or_else(|| self.layers())),
                 steers: if spec.forward_steers {
                     inner.steers.clone()
                 } else {
@@ -425,8 +426,16 @@ impl Context {
     }
 
     /// The context's layers, in order.
-    pub fn layers(&self) -> &[Arc<dyn ContextLayer>] {
-        &self.inner.layers
+    pub fn layers(&self) -> Arc<[Arc<dyn ContextLayer>]> {
+        lock(&self.inner.layers).clone()
+    }
+
+    /// Replaces the layers, returning the previous ones (`with_context` restores them after its child).
+    pub(crate) fn replace_layers(
+        &self,
+        layers: Arc<[Arc<dyn ContextLayer>]>,
+    ) -> Arc<[Arc<dyn ContextLayer>]> {
+        std::mem::replace(&mut *lock(&self.inner.layers), layers)
     }
 
     /// The turn's steer inbox, when this context takes steers.

@@ -92,7 +92,7 @@ impl<L: ContextLayer + ?Sized> ContextLayer for Arc<L> {
 /// Runs `before_tool_call` over the layers: the first `Deny` short-circuits, `Guide`s are joined.
 pub(crate) async fn gate_tool_call(ctx: &Context, call: ToolCallView<'_>) -> LayerDecision {
     let mut guidance: Vec<String> = Vec::new();
-    for layer in ctx.layers() {
+    for layer in ctx.layers().iter() {
         match layer.before_tool_call(call, ctx).await {
             LayerDecision::Allow => {}
             deny @ LayerDecision::Deny { .. } => return deny,

@@ -53,7 +53,7 @@ pub use step::{
     Backoff, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder, LoopBuilder, LoopStart,
     MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy, RunCodeBuilder, SequenceBuilder,
     SequenceStart, Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, call_model,
-    conditional, in_parallel, invoke_tool, loop_step, run_code, sequence, spawn,
+    conditional, in_parallel, invoke_tool, loop_step, run_code, sequence, spawn, with_context,
 };
 pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
 pub use until::{Until, Verdict, all, any};

@@ -174,7 +174,7 @@ impl SteerInbox {
         if let Some(decision) = self.hook.as_ref().and_then(|hook| hook(steer, point, ctx)) {
             return decision;
         }
-        for layer in ctx.layers() {
+        for layer in ctx.layers().iter() {
             if let Some(decision) = layer.on_steer(steer, point, ctx) {
                 return decision;
             }

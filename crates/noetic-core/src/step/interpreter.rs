@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::{
     StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel, run_code, spawn,
+    with_context,
 };
 use crate::context::{Context, MAX_DEPTH};
 use crate::error::StepFailure;
@@ -58,6 +59,7 @@ pub(crate) fn execute<'a>(
             StepBody::Conditional(spec) => conditional::execute(spec, input, fed_back, ctx).await,
             StepBody::InParallel(spec) => parallel::execute(id, spec, input, fed_back, ctx).await,
             StepBody::Spawn(spec) => spawn::execute(id, spec, input, ctx).await,
+            StepBody::WithContext(spec) => with_context::execute(spec, input, fed_back, ctx).await,
             StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, fed_back, ctx).await,
             StepBody::Sequence(body) => loop_step::run_body(body, input, fed_back, ctx).await,
         }?;

@@ -21,6 +21,7 @@ mod loop_step;
 mod parallel;
 mod run_code;
 mod spawn;
+mod with_context;
 
 pub use call_model::{CallModelBuilder, MAX_RECOVERIES, MAX_TOOL_ROUNDS, call_model};
 pub use conditional::conditional;
@@ -32,6 +33,7 @@ pub use loop_step::{
 pub use parallel::{ParallelBuilder, Settled, in_parallel};
 pub use run_code::{Backoff, RetryPolicy, RunCodeBuilder, run_code};
 pub use spawn::{SpawnBuilder, SteerMode, spawn};
+pub use with_context::with_context;
 
 pub(crate) use interpreter::execute;
 
@@ -153,6 +155,8 @@ pub enum StepKind {
     InParallel,
     /// [`spawn`].
     Spawn,
+    /// [`with_context`].
+    WithContext,
     /// [`loop_step`].
     Loop,
     /// [`sequence`].
@@ -172,6 +176,7 @@ pub(crate) enum StepBody {
     Conditional(conditional::ConditionalSpec),
     InParallel(parallel::ParallelSpec),
     Spawn(spawn::SpawnSpec),
+    WithContext(with_context::WithContextSpec),
     Loop(loop_step::LoopSpec),
     Sequence(Vec<Arc<StepNode>>),
 }
@@ -185,6 +190,7 @@ impl StepNode {
             StepBody::Conditional(_) => StepKind::Conditional,
             StepBody::InParallel(_) => StepKind::InParallel,
             StepBody::Spawn(_) => StepKind::Spawn,
+            StepBody::WithContext(_) => StepKind::WithContext,
             StepBody::Loop(_) => StepKind::Loop,
             StepBody::Sequence(_) => StepKind::Sequence,
         }
@@ -223,6 +229,7 @@ impl StepNode {
             }
             StepBody::InParallel(spec) => spec.paths.iter().try_for_each(|child| child.validate()),
             StepBody::Spawn(spec) => spec.child.validate(),
+            StepBody::WithContext(spec) => spec.child.validate(),
             _ => Ok(()),
         }
     }

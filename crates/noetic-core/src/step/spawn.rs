@@ -78,6 +78,13 @@ impl<I, O> SpawnBuilder<I, O> {
         self
     }
 
+    /// Whether the child's model calls take the session turn's steering messages (default
+    /// [`SteerMode::Isolated`]: the parent applies them at its next steer point).
+    pub fn steers(mut self, mode: SteerMode) -> Self {
+        self.spec.steers = mode;
+        self
+    }
+
     /// The finished step.
     pub fn build(self) -> Step<I, O> {
         Step::from_node(StepNode {

@@ -15,3 +15,4 @@ mod sequence;
 mod spawn;
 mod support;
 mod validation;
+mod with_context;
