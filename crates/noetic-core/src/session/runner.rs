@@ -231,39 +231,32 @@ impl Session {
 
 /// The runner: one turn per batch of queued messages until the queue is empty.
 async fn run_session(session: Arc<Session>, harness: AgentHarness, graph: Arc<StepNode>) {
-    loop {
-        let batch: Vec<Message> = {
-            let mut state = session.state();
-            if state.queue.is_empty() {
-                state.runner_active = false;
-                drop(state);
-                session.bump();
-                return;
-            }
-            state.queue.drain(..).collect()
-        };
-        run_turn(&session, &harness, &graph, batch).await;
-    }
+    while run_turn(&session, &harness, &graph).await {}
 }
 
-async fn run_turn(
-    session: &Arc<Session>,
-    harness: &AgentHarness,
-    graph: &Arc<StepNode>,
-    batch: Vec<Message>,
-) {
-    let turn_id = uuid::Uuid::new_v4().to_string();
-    let started = tokio::time::Instant::now();
-    let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
-    let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
-    let inputs: Vec<Item> = batch
-        .into_iter()
-        .flat_map(|message| message.items)
-        .collect();
-    let inbox = Arc::new(SteerInbox::new(harness.on_steer_hook(), Vec::new()));
-
-    let ctx = {
+/// Runs one turn for every queued message; returns `false` (the runner stops) when none is queued.
+async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<StepNode>) -> bool {
+    // The batch is taken and the turn marked running under one lock: a message sent meanwhile either
+    // is in the batch or meets the running turn (a steer joins it, an interrupt aborts it), never a
+    // turn that is about to start without it.
+    let (turn_id, started, inbox, ctx, message_ids, inputs) = {
         let mut state = session.state();
+        if state.queue.is_empty() {
+            state.runner_active = false;
+            drop(state);
+            session.bump();
+            return false;
+        }
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let started = tokio::time::Instant::now();
+        let inbox = Arc::new(SteerInbox::new(harness.on_steer_hook(), Vec::new()));
+        let batch: Vec<Message> = state.queue.drain(..).collect();
+        let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
+        let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
+        let inputs: Vec<Item> = batch
+            .into_iter()
+            .flat_map(|message| message.items)
+            .collect();
         let mut items = state.history.clone();
         items.extend(inputs.iter().cloned());
         let mut options = ContextOptions::new()
@@ -280,7 +273,7 @@ async fn run_turn(
             started_at: SystemTime::now(),
             aborting: false,
         });
-        ctx
+        (turn_id, started, inbox, ctx, message_ids, inputs)
     };
     session
         .bus
@@ -298,11 +291,14 @@ async fn run_turn(
 
     let result = execute(graph, Value::String(String::new()), false, &ctx).await;
 
-    let held = inbox.drain();
     let duration_ms = started.elapsed().as_millis() as u64;
-    let event = {
+    {
         let mut state = session.state();
         state.running = None;
+        // Drained under the session lock, after `running` is cleared: `enqueue` hands a steer to the
+        // running turn under the same lock, so a steer sent as the turn ends is either drained here or
+        // queued, never left in an inbox nobody reads.
+        let held = inbox.drain();
         state.spend += ctx.spend();
         let mut history = ctx.items();
         // Steers still held were never seen by the model: they start the next turn, in order.
@@ -314,7 +310,7 @@ async fn run_turn(
                 resource_id: None,
             });
         }
-        match result {
+        let event = match result {
             Ok(output) => {
                 let spend = ctx.spend();
                 let response = HarnessResponse {
@@ -346,10 +342,13 @@ async fn run_turn(
                 state.last = Some(Err(Arc::new(error)));
                 event
             }
-        }
-    };
-    session.bus.publish(StreamEvent::Framework(event));
+        };
+        // Published before the lock is released, so whoever sees the turn gone (`abort`, `status`)
+        // finds its end event already on the stream.
+        session.bus.publish(StreamEvent::Framework(event));
+    }
     session.bump();
+    true
 }
 
 /// Gives every function call without an output an output saying the turn ended first, so the history

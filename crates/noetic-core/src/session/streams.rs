@@ -27,6 +27,10 @@ struct Builder {
     round: u64,
     appended: u64,
     open: HashMap<u32, (String, Item)>,
+    /// Items the current round streamed to completion, with their keys: when the model call then
+    /// appends one to the log, its `item_appended` snapshot reuses that key (items without an id, such
+    /// as function calls from some providers, would otherwise show up twice).
+    streamed: Vec<(Item, String)>,
 }
 
 impl Builder {
@@ -34,9 +38,13 @@ impl Builder {
         match event {
             StreamEvent::Framework(FrameworkEvent::ItemAppended { item }) => {
                 self.appended += 1;
-                let key = item
-                    .id()
-                    .map_or_else(|| format!("appended:{}", self.appended), str::to_owned);
+                let streamed = self.streamed.iter().position(|(done, _)| done == item);
+                let key = match streamed {
+                    Some(index) => self.streamed.swap_remove(index).1,
+                    None => item
+                        .id()
+                        .map_or_else(|| format!("appended:{}", self.appended), str::to_owned),
+                };
                 Some(ItemSnapshot {
                     key,
                     item: item.clone(),
@@ -53,6 +61,7 @@ impl Builder {
             ResponseEvent::Created { .. } => {
                 self.round += 1;
                 self.open.clear();
+                self.streamed.clear();
                 None
             }
             ResponseEvent::OutputItemAdded { output_index, item } => {
@@ -113,6 +122,7 @@ impl Builder {
                         str::to_owned,
                     ),
                 };
+                self.streamed.push((item.clone(), key.clone()));
                 Some(ItemSnapshot {
                     key,
                     item: item.clone(),

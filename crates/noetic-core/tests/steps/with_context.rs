@@ -6,7 +6,7 @@ use noetic_core::{Context, ContextLayer, ContextOptions, Error, run_code, with_c
 
 use crate::support::harness;
 
-struct Named(&'static str, &'static str);
+struct Named(&'static str);
 
 impl ContextLayer for Named {
     fn id(&self) -> &str {
@@ -14,8 +14,8 @@ impl ContextLayer for Named {
     }
 }
 
-fn layer(id: &'static str, tag: &'static str) -> Arc<dyn ContextLayer> {
-    Arc::new(Named(id, tag))
+fn layer(id: &'static str) -> Arc<dyn ContextLayer> {
+    Arc::new(Named(id))
 }
 
 fn layer_ids(ctx: &Context) -> Vec<String> {
@@ -28,18 +28,13 @@ fn layer_ids(ctx: &Context) -> Vec<String> {
 #[tokio::test]
 async fn the_child_sees_the_merged_layers_on_the_same_context_and_they_are_restored() {
     let harness = harness();
-    let ctx = harness.create_context(
-        ContextOptions::new().layers(vec![layer("memory", "old"), layer("audit", "a")]),
-    );
+    let ctx =
+        harness.create_context(ContextOptions::new().layers(vec![layer("memory"), layer("audit")]));
     let probe = run_code("probe", |_: (), ctx: Context| async move {
         ctx.append_item(noetic_core::Item::user_text("written inside"));
         Ok::<_, std::convert::Infallible>((ctx.id().to_owned(), layer_ids(&ctx)))
     });
-    let step = with_context(
-        "scoped",
-        probe,
-        vec![layer("memory", "new"), layer("notes", "n")],
-    );
+    let step = with_context("scoped", probe, vec![layer("memory"), layer("notes")]);
     let (id, ids) = harness.run(&step, (), &ctx).await.unwrap();
     assert_eq!(id, ctx.id(), "the same context, not a child");
     assert_eq!(
@@ -54,13 +49,13 @@ async fn the_child_sees_the_merged_layers_on_the_same_context_and_they_are_resto
 #[tokio::test]
 async fn layers_are_restored_when_the_child_fails() {
     let harness = harness();
-    let ctx = harness.create_context(ContextOptions::new().layers(vec![layer("memory", "old")]));
+    let ctx = harness.create_context(ContextOptions::new().layers(vec![layer("memory")]));
     let failing = run_code("fail", |_: (), _ctx: Context| async move {
         Err::<(), _>(std::io::Error::other("boom"))
     });
     let error = harness
         .run(
-            &with_context("scoped", failing, vec![layer("extra", "x")]),
+            &with_context("scoped", failing, vec![layer("extra")]),
             (),
             &ctx,
         )
