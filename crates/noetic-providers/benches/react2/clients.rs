@@ -1,0 +1,376 @@
+//! The two clients of one react-2 turn: the framework (`AgentHarness` + `OpenResponses`, the quick
+//! start's shape) and the bare floor (plain `reqwest` + `SseDecoder` + `serde_json::Value`).
+//!
+//! Both count their HTTP requests and report to a [`Gauge`] when a turn's answer request starts and when
+//! the turn ends, so the memory measurement can show how many turns were live at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use noetic_core::model::{ModelRequest, ModelStream};
+use noetic_core::{
+    AgentHarness, ContextOptions, ModelProvider, Step, Tool, ToolContext, ToolError, call_model,
+    loop_step, until,
+};
+use noetic_providers::{OpenResponses, RetryConfig, SseDecoder};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{HOLD_HEADER, INSTRUCTIONS, MODEL, QUESTION};
+
+/// Which client a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Framework,
+    Bare,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Framework => "framework",
+            Kind::Bare => "bare",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Kind> {
+        match name {
+            "framework" => Some(Kind::Framework),
+            "bare" => Some(Kind::Bare),
+            _ => None,
+        }
+    }
+}
+
+/// Counts turns whose answer (round 2) request has started and turns that ended, and keeps the largest
+/// number of turns seen in round 2 at the same time.
+#[derive(Debug, Default)]
+pub(crate) struct Gauge {
+    answering: AtomicUsize,
+    ended: AtomicUsize,
+    max_live: AtomicUsize,
+}
+
+impl Gauge {
+    fn answer_started(&self) {
+        let started = self.answering.fetch_add(1, Ordering::SeqCst) + 1;
+        let live = started.saturating_sub(self.ended.load(Ordering::SeqCst));
+        self.max_live.fetch_max(live, Ordering::SeqCst);
+    }
+
+    fn turn_ended(&self) {
+        self.ended.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The most turns seen in their answer round at once since the last reset.
+    pub(crate) fn max_live(&self) -> usize {
+        self.max_live.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn reset(&self) {
+        self.answering.store(0, Ordering::SeqCst);
+        self.ended.store(0, Ordering::SeqCst);
+        self.max_live.store(0, Ordering::SeqCst);
+    }
+}
+
+/// One of the two clients, ready to run turns from many tasks.
+pub(crate) struct Client {
+    kind: Kind,
+    turns: AtomicUsize,
+    requests: Arc<AtomicUsize>,
+    gauge: Arc<Gauge>,
+    inner: Inner,
+}
+
+enum Inner {
+    Framework {
+        harness: AgentHarness,
+        agent: Step<String, String>,
+    },
+    Bare {
+        http: reqwest::Client,
+        url: String,
+        hold: bool,
+        tools: Value,
+    },
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct LookupArgs {
+    query: String,
+}
+
+/// What the `lookup` tool returns; the same text in both clients.
+fn lookup(query: &str) -> String {
+    format!("Results for: {query}")
+}
+
+impl Client {
+    /// A client of the server at `base_url`; `hold` asks the server to hold each answer open.
+    pub(crate) fn new(kind: Kind, base_url: &str, hold: bool) -> Client {
+        let requests = Arc::new(AtomicUsize::new(0));
+        let gauge = Arc::new(Gauge::default());
+        let inner = match kind {
+            Kind::Framework => {
+                let mut provider = OpenResponses::builder(base_url)
+                    .name("bench")
+                    .retry(RetryConfig::none());
+                if hold {
+                    provider = provider.header(HOLD_HEADER, "1");
+                }
+                let provider = Counting {
+                    inner: provider.build().expect("provider"),
+                    requests: Arc::clone(&requests),
+                    gauge: Arc::clone(&gauge),
+                };
+                let lookup = Tool::new(
+                    "lookup",
+                    "Looks a query up",
+                    |args: LookupArgs, _ctx: ToolContext| async move {
+                        Ok::<_, ToolError>(lookup(&args.query))
+                    },
+                );
+                let agent = loop_step("agent")
+                    .step(
+                        call_model("llm")
+                            .model(MODEL)
+                            .instructions(INSTRUCTIONS)
+                            .tool(lookup),
+                    )
+                    .until(noetic_core::any([
+                        until::no_tool_calls(),
+                        until::max_steps(10),
+                    ]))
+                    .build();
+                let harness = AgentHarness::builder("react2")
+                    .provider("bench", provider)
+                    .build()
+                    .expect("harness");
+                Inner::Framework { harness, agent }
+            }
+            Kind::Bare => {
+                // The same client settings as the provider's.
+                let http = reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .build()
+                    .expect("reqwest client");
+                let tools = json!([{
+                    "type": "function",
+                    "name": "lookup",
+                    "description": "Looks a query up",
+                    "parameters": noetic_core::schema_for::<LookupArgs>(),
+                    "strict": false,
+                }]);
+                Inner::Bare {
+                    http,
+                    url: format!("{}/responses", base_url.trim_end_matches('/')),
+                    hold,
+                    tools,
+                }
+            }
+        };
+        Client {
+            kind,
+            turns: AtomicUsize::new(0),
+            requests,
+            gauge,
+            inner,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Turns run so far.
+    pub(crate) fn turns(&self) -> usize {
+        self.turns.load(Ordering::SeqCst)
+    }
+
+    /// HTTP requests sent so far.
+    pub(crate) fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn gauge(&self) -> &Gauge {
+        &self.gauge
+    }
+
+    /// Runs one turn on a fresh context; returns the answer's length.
+    ///
+    /// # Errors
+    /// A message when the turn fails or its answer is empty.
+    pub(crate) async fn turn(&self) -> Result<usize, String> {
+        self.turns.fetch_add(1, Ordering::SeqCst);
+        let answer = match &self.inner {
+            Inner::Framework { harness, agent } => {
+                let ctx = harness.create_context(ContextOptions::new());
+                harness
+                    .run(agent, QUESTION.to_owned(), &ctx)
+                    .await
+                    .map_err(|error| error.to_string())
+            }
+            Inner::Bare {
+                http,
+                url,
+                hold,
+                tools,
+            } => self.bare_turn(http, url, *hold, tools).await,
+        };
+        self.gauge.turn_ended();
+        let answer = answer?;
+        if answer.trim().is_empty() {
+            return Err("the turn's answer is empty".to_owned());
+        }
+        Ok(answer.len())
+    }
+
+    /// The floor: two POSTs, read with `SseDecoder`, every event parsed as a `serde_json::Value`.
+    async fn bare_turn(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        hold: bool,
+        tools: &Value,
+    ) -> Result<String, String> {
+        let user = json!({"type": "message", "role": "user", "content": QUESTION});
+        let mut input = vec![user];
+        let mut call = None;
+        let first = Body {
+            model: MODEL,
+            instructions: INSTRUCTIONS,
+            input: &input,
+            tools,
+            stream: true,
+        };
+        self.post(http, url, hold, &first, |mut event| {
+            if event_type(&event) == Some("response.output_item.done")
+                && event.pointer("/item/type").and_then(Value::as_str) == Some("function_call")
+            {
+                call = event.get_mut("item").map(Value::take);
+            }
+        })
+        .await?;
+        let call = call.ok_or("round 1 returned no function call")?;
+        let call_id = call.get("call_id").cloned().unwrap_or(Value::Null);
+        let arguments: Value = call
+            .get("arguments")
+            .and_then(Value::as_str)
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|error| format!("bad arguments: {error}"))?
+            .unwrap_or(Value::Null);
+        let query = arguments.get("query").and_then(Value::as_str).unwrap_or("");
+        let output = lookup(query);
+        input.push(call);
+        input.push(json!({"type": "function_call_output", "call_id": call_id, "output": output}));
+        let second = Body {
+            model: MODEL,
+            instructions: INSTRUCTIONS,
+            input: &input,
+            tools,
+            stream: true,
+        };
+        self.gauge.answer_started();
+        let mut answer = String::new();
+        self.post(http, url, hold, &second, |event| {
+            if event_type(&event) == Some("response.output_text.delta")
+                && let Some(delta) = event.get("delta").and_then(Value::as_str)
+            {
+                answer.push_str(delta);
+            }
+        })
+        .await?;
+        Ok(answer)
+    }
+
+    /// POSTs `body` and hands every parsed event to `on_event`; fails unless the stream completes.
+    async fn post(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        hold: bool,
+        body: &Body<'_>,
+        mut on_event: impl FnMut(Value),
+    ) -> Result<(), String> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let body = serde_json::to_vec(body).map_err(|error| error.to_string())?;
+        let mut request = http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body);
+        if hold {
+            request = request.header(HOLD_HEADER, "1");
+        }
+        let response = request.send().await.map_err(|error| error.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("HTTP {}", response.status()));
+        }
+        let mut decoder = SseDecoder::default();
+        let mut chunks = response.bytes_stream();
+        let mut failure = None;
+        let mut completed = false;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|error| error.to_string())?;
+            decoder
+                .feed(&chunk, &mut |event| {
+                    if event.data == "[DONE]" || failure.is_some() {
+                        return;
+                    }
+                    match serde_json::from_str::<Value>(&event.data) {
+                        Ok(value) => {
+                            completed |= event_type(&value) == Some("response.completed");
+                            on_event(value);
+                        }
+                        Err(error) => failure = Some(error.to_string()),
+                    }
+                })
+                .map_err(|error| error.to_string())?;
+        }
+        match failure {
+            Some(error) => Err(error),
+            None if !completed => Err("the stream ended without response.completed".to_owned()),
+            None => Ok(()),
+        }
+    }
+}
+
+fn event_type(event: &Value) -> Option<&str> {
+    event.get("type").and_then(Value::as_str)
+}
+
+/// A Responses request body, serialized straight from borrowed parts.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    instructions: &'a str,
+    input: &'a [Value],
+    tools: &'a Value,
+    stream: bool,
+}
+
+/// The framework's provider, counting requests on the way (the count is the check that a turn makes
+/// exactly two).
+struct Counting {
+    inner: OpenResponses,
+    requests: Arc<AtomicUsize>,
+    gauge: Arc<Gauge>,
+}
+
+impl ModelProvider for Counting {
+    fn stream<'a>(
+        &'a self,
+        request: &'a ModelRequest<'a>,
+    ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        if request.round > 0 {
+            self.gauge.answer_started();
+        }
+        self.inner.stream(request)
+    }
+}

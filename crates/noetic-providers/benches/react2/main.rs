@@ -1,0 +1,439 @@
+//! The react-2 workload of DESIGN.md §16, end to end over loopback HTTP: one turn = the user message →
+//! round 1 the model calls the `lookup` tool → the tool returns at once → round 2 the model streams a
+//! ~200-word answer in 50 deltas → the turn ends.
+//!
+//! Two clients run the same turns against the same server:
+//! - **framework**: an `AgentHarness` with an `OpenResponses` provider, in the quick start's shape
+//!   (`loop_step` around `call_model(…).tool(lookup)` until `any([no_tool_calls(), max_steps(10)])`), one
+//!   `harness.run` on a fresh context per turn;
+//! - **bare** (the floor): plain `reqwest` + `SseDecoder` + `serde_json::Value`, two POSTs per turn.
+//!
+//! The mock server runs in a separate process (this binary re-executed with `NOETIC_BENCH_ROLE=server`),
+//! so the client process's CPU time is the client's alone; each measurement runs in a client process of
+//! its own (`NOETIC_BENCH_ROLE=client`), all on tokio multi-thread runtimes with 2 workers. Measured:
+//! CPU µs per turn one turn at a time and with 1,000 turns at once (process utime + stime), and memory
+//! per live turn ((peak RSS − RSS before) / 1,000 while 1,000 turns are live at once, their answers held
+//! open by the server). Every turn must answer, and the server must see exactly 2 requests per turn.
+//! One markdown table prints the figures, the framework/bare ratios and the §16 targets.
+//!
+//! Run with `cargo xtask bench` (all benches), `cargo bench -p noetic-providers --bench react2`, or
+//! `cargo xtask bench -- react2`. To profile one client, start a server and run a client role under a
+//! profiler, e.g.:
+//!
+//! ```text
+//! NOETIC_BENCH_ROLE=server target/release/deps/react2-… &   # prints the base URL
+//! NOETIC_BENCH_ROLE=client NOETIC_BENCH_URL=<url> NOETIC_BENCH_MODE=sequential \
+//!   NOETIC_BENCH_CLIENT=framework NOETIC_BENCH_TURNS=200 NOETIC_BENCH_RUNS=1 \
+//!   valgrind --tool=callgrind target/release/deps/react2-…
+//! ```
+
+mod clients;
+mod measure;
+mod server;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use clients::Kind;
+
+/// Which part this process plays: unset (the orchestrator), `server` or `client`.
+const ROLE_VAR: &str = "NOETIC_BENCH_ROLE";
+/// The server's base URL, for a client.
+const URL_VAR: &str = "NOETIC_BENCH_URL";
+/// A client's measurement: `cpu`, `sequential`, `concurrent` or `memory`.
+const MODE_VAR: &str = "NOETIC_BENCH_MODE";
+/// A client's client: `framework`, `bare` or `both`.
+const CLIENT_VAR: &str = "NOETIC_BENCH_CLIENT";
+/// Sequential turns per run (default: calibrated to about 1 s of CPU).
+const TURNS_VAR: &str = "NOETIC_BENCH_TURNS";
+/// Runs per CPU measurement (default 5; the median is reported).
+const RUNS_VAR: &str = "NOETIC_BENCH_RUNS";
+
+/// A request header asking the server to hold the answer open (memory measurement).
+const HOLD_HEADER: &str = "x-noetic-bench-hold";
+const MODEL: &str = "bench/react-2";
+const INSTRUCTIONS: &str = "You are a research assistant.";
+const QUESTION: &str = "What is the capital of France?";
+const LOOKUP_ARGUMENTS: &str = r#"{"query":"capital of France"}"#;
+const ANSWER_WORDS: usize = 200;
+const ANSWER_DELTAS: usize = 50;
+/// Turns at once in the concurrent and memory measurements.
+const CONCURRENT: usize = 1000;
+
+/// The longest the CPU measurements may take in all.
+const CPU_CHILD_TIMEOUT: Duration = Duration::from_secs(180);
+/// The longest one memory measurement may take.
+const MEMORY_CHILD_TIMEOUT: Duration = Duration::from_secs(90);
+/// The longest the server may take to answer a command.
+const SERVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn main() {
+    match std::env::var(ROLE_VAR).ok().as_deref() {
+        None => orchestrate(),
+        Some("server") => server::serve(),
+        Some("client") => measure::client_role(),
+        Some(other) => panic!("{ROLE_VAR} must be server or client, not {other}"),
+    }
+}
+
+/// Whether this bench runs: with filter arguments (`cargo bench -- <filter>`), only if its name
+/// contains one of them.
+fn selected(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|filter| name.contains(filter.as_str()))
+}
+
+/// One client process to run: its name, its environment and how long it may take.
+struct Phase {
+    name: &'static str,
+    vars: Vec<(&'static str, &'static str)>,
+    timeout: Duration,
+}
+
+/// One `RESULT` line of a client process.
+type Record = HashMap<String, String>;
+
+fn orchestrate() {
+    if !selected("react2") {
+        return;
+    }
+    let started = Instant::now();
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let mut server = ServerProcess::start(&exe);
+    let url = server.url.clone();
+    eprintln!(
+        "react2: server process at {url}; CPU runs (sequential, then {CONCURRENT} concurrent; framework and bare interleaved)…"
+    );
+    let mut records = Vec::new();
+    let mut server_requests = 0;
+    let mut client_requests = 0;
+    let mut client_turns = 0;
+    let mut phases = vec![Phase {
+        name: "cpu",
+        vars: vec![(MODE_VAR, "cpu")],
+        timeout: CPU_CHILD_TIMEOUT,
+    }];
+    for kind in [Kind::Framework, Kind::Bare] {
+        phases.push(Phase {
+            name: kind.name(),
+            vars: vec![(MODE_VAR, "memory"), (CLIENT_VAR, kind.name())],
+            timeout: MEMORY_CHILD_TIMEOUT,
+        });
+    }
+    for Phase {
+        name: phase,
+        vars,
+        timeout,
+    } in phases
+    {
+        if phase != "cpu" {
+            eprintln!(
+                "react2: memory, {phase}: {CONCURRENT} turns live at once, in a fresh process…"
+            );
+        }
+        let before = server.count();
+        let phase_records = run_client(&exe, &url, &vars, timeout);
+        let seen = server.count() - before;
+        let (mut turns, mut requests) = (0, 0);
+        for record in phase_records
+            .iter()
+            .filter(|record| field(record, "case") == "requests")
+        {
+            turns += number(record, "turns") as usize;
+            requests += number(record, "requests") as usize;
+        }
+        assert_eq!(
+            seen, requests,
+            "{phase}: the server saw {seen} requests, the clients sent {requests}"
+        );
+        assert_eq!(
+            seen,
+            2 * turns,
+            "{phase}: {seen} requests for {turns} turns"
+        );
+        server_requests += seen;
+        client_requests += requests;
+        client_turns += turns;
+        records.extend(phase_records);
+    }
+    drop(server);
+    print_table(&records);
+    println!(
+        "- requests: the server saw {server_requests} requests for {client_turns} turns ({:.2} per turn; the \
+         clients counted {client_requests}).",
+        server_requests as f64 / client_turns.max(1) as f64
+    );
+    println!(
+        "- whole react2 run: {:.1} s.",
+        started.elapsed().as_secs_f64()
+    );
+    println!();
+}
+
+fn find<'a>(records: &'a [Record], kind: Kind, case: &str) -> &'a Record {
+    records
+        .iter()
+        .find(|record| field(record, "client") == kind.name() && field(record, "case") == case)
+        .unwrap_or_else(|| panic!("no {case} result for {}", kind.name()))
+}
+
+fn field<'a>(record: &'a Record, key: &str) -> &'a str {
+    record.get(key).map_or("", String::as_str)
+}
+
+fn number(record: &Record, key: &str) -> f64 {
+    field(record, key)
+        .parse()
+        .unwrap_or_else(|_| panic!("result field {key} is not a number in {record:?}"))
+}
+
+fn print_table(records: &[Record]) {
+    let at = |kind: Kind, case: &str, key: &str| number(find(records, kind, case), key);
+    let cpu_seq = |kind| at(kind, "sequential", "cpu_us");
+    let wall_seq = |kind| at(kind, "sequential", "wall_us");
+    let cpu_conc = |kind| at(kind, "concurrent", "cpu_us");
+    let errors = |kind| at(kind, "concurrent", "errors") + at(kind, "memory", "errors");
+    let memory = |kind| at(kind, "memory", "per_turn_kib");
+    let (framework, bare) = (Kind::Framework, Kind::Bare);
+    let ratio = |value: &dyn Fn(Kind) -> f64| value(framework) / value(bare);
+    let seq_ratio = ratio(&cpu_seq);
+    let conc_ratio = ratio(&cpu_conc);
+    let memory_ratio = ratio(&memory);
+    let verdict = |met: bool| if met { "met" } else { "**MISSED**" };
+
+    println!();
+    println!(
+        "react-2 over loopback HTTP (mock server in its own process; client CPU = utime + stime of the \
+         client process; 2 tokio workers)"
+    );
+    println!();
+    println!(
+        "| client | CPU µs/turn, 1 at a time | wall µs/turn, 1 at a time | CPU µs/turn, 1,000 concurrent | \
+         errors | memory per live turn |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (kind, label) in [
+        (framework, "noetic: AgentHarness + OpenResponses"),
+        (bare, "bare: reqwest + SseDecoder + serde_json::Value"),
+    ] {
+        println!(
+            "| {label} | {} | {} | {} | {} | {:.1} KiB |",
+            thousands(cpu_seq(kind)),
+            thousands(wall_seq(kind)),
+            thousands(cpu_conc(kind)),
+            errors(kind),
+            memory(kind),
+        );
+    }
+    println!(
+        "| ratio framework / bare | {seq_ratio:.2}× | {:.2}× | {conc_ratio:.2}× | | {memory_ratio:.2}× |",
+        ratio(&wall_seq)
+    );
+    println!(
+        "| target (DESIGN.md §16) | ≤ 1.5× (≈ ≤ 1,000 µs) | | ≤ 1.5× | 0 | ≤ 2× (≈ ≤ 72 KiB) |"
+    );
+    println!(
+        "| verdict | {} | | {} | {} | {} |",
+        verdict(seq_ratio <= 1.5),
+        verdict(conc_ratio <= 1.5),
+        verdict(errors(framework) + errors(bare) == 0.0),
+        verdict(memory_ratio <= 2.0),
+    );
+    println!();
+    println!(
+        "DESIGN.md §16 measured the bare client at ~650 µs (1 at a time), ~900 µs (1,000 concurrent) and \
+         ~37 KiB per live turn on a similar machine."
+    );
+    for kind in [framework, bare] {
+        let sequential = find(records, kind, "sequential");
+        let concurrent = find(records, kind, "concurrent");
+        let memory = find(records, kind, "memory");
+        println!(
+            "- {}: sequential {} turns × {} runs, CPU µs/turn median {} (min {}, max {}, {} s CPU per run); \
+             concurrent {} batches of {CONCURRENT} turns at once per run × {} runs after 2 warm-up batches, \
+             median {} (min {}, max {}, {} s CPU per run); \
+             memory: RSS {} KiB before, {} KiB at peak ({}), {} turns in their answer round at once, \
+             {:.0} ms per batch.",
+            kind.name(),
+            field(sequential, "turns"),
+            field(sequential, "runs"),
+            thousands(number(sequential, "cpu_us")),
+            thousands(number(sequential, "cpu_us_min")),
+            thousands(number(sequential, "cpu_us_max")),
+            field(sequential, "cpu_s"),
+            field(concurrent, "batches"),
+            field(concurrent, "runs"),
+            thousands(number(concurrent, "cpu_us")),
+            thousands(number(concurrent, "cpu_us_min")),
+            thousands(number(concurrent, "cpu_us_max")),
+            field(concurrent, "cpu_s"),
+            field(memory, "before_kib"),
+            field(memory, "peak_kib"),
+            if field(memory, "hwm_reset") == "true" {
+                "VmHWM after resetting it"
+            } else {
+                "sampled every 5 ms"
+            },
+            field(memory, "max_live"),
+            number(memory, "wall_us") * CONCURRENT as f64 / 1000.0,
+        );
+    }
+    println!(
+        "- memory runs hold each answer open: {}-byte chunks {} ms apart.",
+        server::HOLD_CHUNK_BYTES,
+        server::HOLD_DELAY.as_millis()
+    );
+}
+
+/// An integer with thousands separators.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.round());
+    let (sign, digits) = digits
+        .strip_prefix('-')
+        .map_or(("", digits.as_str()), |rest| ("-", rest));
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    format!("{sign}{out}")
+}
+
+/// Runs a client process to completion and returns its `RESULT` lines.
+fn run_client(exe: &Path, url: &str, vars: &[(&str, &str)], timeout: Duration) -> Vec<Record> {
+    let mut command = Command::new(exe);
+    command
+        .env(ROLE_VAR, "client")
+        .env(URL_VAR, url)
+        .env_remove(MODE_VAR)
+        .env_remove(CLIENT_VAR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let mut child = ChildGuard(command.spawn().expect("start a client process"));
+    let mut stdout = child.0.stdout.take().expect("client stdout");
+    let (sender, output) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        let _ = sender.send(text);
+    });
+    let status = wait_timeout(&mut child.0, timeout)
+        .unwrap_or_else(|| panic!("a client process ran over {timeout:?}; killed"));
+    assert!(status.success(), "a client process failed: {status}");
+    let text = output
+        .recv_timeout(SERVER_TIMEOUT)
+        .expect("the client's output");
+    text.lines()
+        .filter_map(|line| line.strip_prefix("RESULT "))
+        .map(|line| {
+            line.split_whitespace()
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(key, value)| (key.to_owned(), value.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Waits for `child` for at most `timeout`; `None` if it is still running.
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("poll a child process") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills a child process that is still running when dropped (a panic or a timeout in the bench).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// The server process: started with piped stdin and stdout, stopped (stdin closed, then killed if it
+/// lingers) when dropped.
+struct ServerProcess {
+    child: ChildGuard,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    url: String,
+}
+
+impl ServerProcess {
+    fn start(exe: &Path) -> ServerProcess {
+        let mut child = Command::new(exe)
+            .env(ROLE_VAR, "server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server process");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("server stdout");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = ServerProcess {
+            child: ChildGuard(child),
+            stdin,
+            lines,
+            url: String::new(),
+        };
+        server.url = server.read_line("its base URL");
+        server
+    }
+
+    /// The number of requests the server has received.
+    fn count(&mut self) -> usize {
+        let stdin = self.stdin.as_mut().expect("server stdin");
+        writeln!(stdin, "count").expect("write to the server");
+        stdin.flush().expect("write to the server");
+        let line = self.read_line("a request count");
+        line.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the server sent {line:?} for a count"))
+    }
+
+    fn read_line(&self, what: &str) -> String {
+        self.lines
+            .recv_timeout(SERVER_TIMEOUT)
+            .unwrap_or_else(|_| panic!("the server did not send {what} within {SERVER_TIMEOUT:?}"))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // Closing stdin asks the server to exit; the guard kills it if it has not within 5 s.
+        drop(self.stdin.take());
+        let _ = wait_timeout(&mut self.child.0, Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,348 @@
+//! The client role: runs turns against the server and prints `RESULT key=value …` lines on stdout.
+//!
+//! Modes (`NOETIC_BENCH_MODE`):
+//! - `cpu` (default): `sequential`, then `concurrent`, for the clients in `NOETIC_BENCH_CLIENT`
+//!   (`framework`, `bare` or `both`, the default; runs interleave the clients so that a noisy machine
+//!   affects both alike);
+//! - `sequential`: turns one at a time in one spawned task, `NOETIC_BENCH_TURNS` per run (default:
+//!   calibrated to about 1.5 s of CPU), `NOETIC_BENCH_RUNS` runs (default 5);
+//! - `concurrent`: batches of 1,000 turns spawned at once, enough batches per run for about 1 s of CPU,
+//!   after two warm-up batches;
+//! - `memory` (one client): RSS before, and the peak while 1,000 turns are live at once, their answers
+//!   held open by the server. Run in a fresh process so that no earlier measurement has grown the heap.
+//!
+//! CPU is the whole process's (utime + stime from `/proc/self/stat`, 10 ms granularity, hence runs of
+//! at least about 1 s of CPU); every run happens on a multi-thread runtime with 2 workers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::clients::{Client, Kind};
+use crate::{CLIENT_VAR, CONCURRENT, MODE_VAR, RUNS_VAR, TURNS_VAR, URL_VAR};
+
+/// The longest any one run may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The CPU time a sequential run aims at (the clock has 10 ms granularity).
+const SEQUENTIAL_CPU: Duration = Duration::from_millis(1500);
+/// The CPU time a concurrent run aims at: as many batches of [`CONCURRENT`] turns as that takes.
+const CONCURRENT_CPU: Duration = Duration::from_millis(1200);
+/// Sequential warm-up turns, also used to calibrate the run length.
+const WARMUP_TURNS: usize = 200;
+/// Turns in the warm-up of the memory measurement (held open like the measured ones).
+const MEMORY_WARMUP_TURNS: usize = 10;
+
+/// One measured run.
+struct Sample {
+    cpu: Duration,
+    wall: Duration,
+    turns: usize,
+    errors: usize,
+}
+
+impl Sample {
+    fn cpu_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.turns as f64
+    }
+
+    fn wall_us(&self) -> f64 {
+        self.wall.as_secs_f64() * 1e6 / self.turns as f64
+    }
+}
+
+/// Runs the client role.
+pub(crate) fn client_role() {
+    let url = std::env::var(URL_VAR).unwrap_or_else(|_| panic!("{URL_VAR} is not set"));
+    let mode = std::env::var(MODE_VAR).unwrap_or_else(|_| "cpu".to_owned());
+    let kinds =
+        match std::env::var(CLIENT_VAR).ok().as_deref() {
+            None | Some("both") => vec![Kind::Framework, Kind::Bare],
+            Some(name) => vec![Kind::parse(name).unwrap_or_else(|| {
+                panic!("{CLIENT_VAR} must be framework, bare or both, not {name}")
+            })],
+        };
+    let runs: usize = env_number(RUNS_VAR).unwrap_or(5).max(1);
+    let turns = env_number(TURNS_VAR);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    let hold = mode == "memory";
+    let clients: Vec<Arc<Client>> = kinds
+        .iter()
+        .map(|kind| Arc::new(Client::new(*kind, &url, hold)))
+        .collect();
+    match mode.as_str() {
+        "cpu" => {
+            sequential_runs(&runtime, &clients, runs, turns);
+            concurrent_runs(&runtime, &clients, runs);
+        }
+        "sequential" => sequential_runs(&runtime, &clients, runs, turns),
+        "concurrent" => concurrent_runs(&runtime, &clients, runs),
+        "memory" => {
+            assert_eq!(clients.len(), 1, "memory mode measures one client");
+            memory(&runtime, &clients[0]);
+        }
+        other => panic!("{MODE_VAR} must be cpu, sequential, concurrent or memory, not {other}"),
+    }
+    for client in &clients {
+        let (turns, requests) = (client.turns(), client.requests());
+        assert_eq!(
+            requests,
+            2 * turns,
+            "{}: {requests} requests for {turns} turns (react-2 makes exactly 2 per turn)",
+            client.kind().name()
+        );
+        println!(
+            "RESULT client={} case=requests turns={turns} requests={requests}",
+            client.kind().name()
+        );
+    }
+}
+
+fn env_number(name: &str) -> Option<usize> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, not {value}")),
+    )
+}
+
+fn sequential_runs(
+    runtime: &tokio::runtime::Runtime,
+    clients: &[Arc<Client>],
+    runs: usize,
+    turns: Option<usize>,
+) {
+    let lengths: Vec<usize> = clients
+        .iter()
+        .map(|client| {
+            let warm = sequential(runtime, client, WARMUP_TURNS);
+            turns.unwrap_or_else(|| {
+                let per_turn = if warm.cpu.is_zero() {
+                    warm.wall / WARMUP_TURNS as u32
+                } else {
+                    warm.cpu / WARMUP_TURNS as u32
+                };
+                let wanted = SEQUENTIAL_CPU.as_secs_f64() / per_turn.as_secs_f64().max(1e-6);
+                (wanted.ceil() as usize).clamp(300, 20_000)
+            })
+        })
+        .collect();
+    let mut samples: Vec<Vec<Sample>> = clients.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        for (index, client) in clients.iter().enumerate() {
+            samples[index].push(sequential(runtime, client, lengths[index]));
+        }
+    }
+    for (client, samples) in clients.iter().zip(&mut samples) {
+        report(client.kind(), "sequential", samples, "");
+    }
+}
+
+fn concurrent_runs(runtime: &tokio::runtime::Runtime, clients: &[Arc<Client>], runs: usize) {
+    // Two warm-up batches: the first opens the connections a batch needs (so the measured batches reuse
+    // a warm pool, as a long-running service would), the second sizes the runs.
+    let batches: Vec<usize> = clients
+        .iter()
+        .map(|client| {
+            let first = concurrent(runtime, client, CONCURRENT, 1);
+            let warm = concurrent(runtime, client, CONCURRENT, 1);
+            assert_eq!(
+                first.errors + warm.errors,
+                0,
+                "{}: a warm-up batch failed",
+                client.kind().name()
+            );
+            let per_batch = warm.cpu.max(Duration::from_millis(10)).as_secs_f64();
+            ((CONCURRENT_CPU.as_secs_f64() / per_batch).ceil() as usize).clamp(1, 20)
+        })
+        .collect();
+    let mut samples: Vec<Vec<Sample>> = clients.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        for (index, client) in clients.iter().enumerate() {
+            samples[index].push(concurrent(runtime, client, CONCURRENT, batches[index]));
+        }
+    }
+    for ((client, samples), batches) in clients.iter().zip(&mut samples).zip(&batches) {
+        let errors: usize = samples.iter().map(|sample| sample.errors).sum();
+        report(
+            client.kind(),
+            "concurrent",
+            samples,
+            &format!(" batches={batches} errors={errors}"),
+        );
+    }
+}
+
+/// Prints the median run (by CPU) of `samples`, with the spread.
+fn report(kind: Kind, case: &str, samples: &mut [Sample], extra: &str) {
+    samples.sort_by(|a, b| a.cpu_us().total_cmp(&b.cpu_us()));
+    let median = &samples[samples.len() / 2];
+    let (low, high) = (&samples[0], &samples[samples.len() - 1]);
+    println!(
+        "RESULT client={} case={case} turns={} runs={} cpu_us={:.1} cpu_us_min={:.1} cpu_us_max={:.1} \
+         wall_us={:.1} cpu_s={:.2}{extra}",
+        kind.name(),
+        median.turns,
+        samples.len(),
+        median.cpu_us(),
+        low.cpu_us(),
+        high.cpu_us(),
+        median.wall_us(),
+        median.cpu.as_secs_f64(),
+    );
+}
+
+/// `turns` turns one after the other in one spawned task.
+fn sequential(runtime: &tokio::runtime::Runtime, client: &Arc<Client>, turns: usize) -> Sample {
+    let task_client = Arc::clone(client);
+    let cpu_start = process_cpu();
+    let started = Instant::now();
+    let outcome = runtime.block_on(async move {
+        let task = tokio::spawn(async move {
+            for _ in 0..turns {
+                task_client.turn().await?;
+            }
+            Ok::<_, String>(())
+        });
+        tokio::time::timeout(RUN_TIMEOUT, task).await
+    });
+    let wall = started.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu_start);
+    let name = client.kind().name();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => panic!("{name}: a sequential turn failed: {error}"),
+        Ok(Err(error)) => panic!("{name}: the sequential task panicked: {error}"),
+        Err(_) => panic!("{name}: {turns} sequential turns took over {RUN_TIMEOUT:?}"),
+    }
+    Sample {
+        cpu,
+        wall,
+        turns,
+        errors: 0,
+    }
+}
+
+/// `batches` batches, one after the other, of `turns` turns spawned at once; failed turns are counted,
+/// not fatal.
+fn concurrent(
+    runtime: &tokio::runtime::Runtime,
+    client: &Arc<Client>,
+    turns: usize,
+    batches: usize,
+) -> Sample {
+    let batch_client = Arc::clone(client);
+    let cpu_start = process_cpu();
+    let started = Instant::now();
+    let outcome = runtime.block_on(async move {
+        tokio::time::timeout(RUN_TIMEOUT, async move {
+            let mut errors = 0;
+            let mut first_error = None;
+            for _ in 0..batches {
+                let handles: Vec<_> = (0..turns)
+                    .map(|_| {
+                        let client = Arc::clone(&batch_client);
+                        tokio::spawn(async move { client.turn().await })
+                    })
+                    .collect();
+                for handle in handles {
+                    let error = match handle.await {
+                        Ok(Ok(_)) => continue,
+                        Ok(Err(error)) => error,
+                        Err(error) => error.to_string(),
+                    };
+                    errors += 1;
+                    first_error.get_or_insert(error);
+                }
+            }
+            (errors, first_error)
+        })
+        .await
+    });
+    let wall = started.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu_start);
+    let name = client.kind().name();
+    let (errors, first_error) = outcome.unwrap_or_else(|_| {
+        panic!("{name}: {batches} × {turns} concurrent turns took over {RUN_TIMEOUT:?}")
+    });
+    if let Some(error) = first_error {
+        eprintln!(
+            "react2: {name}: {errors} of {} concurrent turns failed; first: {error}",
+            batches * turns
+        );
+    }
+    Sample {
+        cpu,
+        wall,
+        turns: batches * turns,
+        errors,
+    }
+}
+
+/// RSS before and at the peak of a batch of [`CONCURRENT`] turns that are all live at once.
+fn memory(runtime: &tokio::runtime::Runtime, client: &Arc<Client>) {
+    let warm = concurrent(runtime, client, MEMORY_WARMUP_TURNS, 1);
+    assert_eq!(warm.errors, 0, "memory warm-up failed");
+    client.gauge().reset();
+    // A sampler thread, as a fallback where the kernel cannot reset VmHWM.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(Ordering::SeqCst) {
+                peak = peak.max(status_kib("VmRSS").unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let before = status_kib("VmRSS").expect("VmRSS in /proc/self/status");
+    // "5" resets the peak RSS (VmHWM) to the current RSS (Linux ≥ 4.0).
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let sample = concurrent(runtime, client, CONCURRENT, 1);
+    let hwm = status_kib("VmHWM").expect("VmHWM in /proc/self/status");
+    stop.store(true, Ordering::SeqCst);
+    let sampled = sampler.join().expect("sampler thread");
+    let peak = if reset { hwm } else { sampled };
+    println!(
+        "RESULT client={} case=memory turns={CONCURRENT} before_kib={before} peak_kib={peak} \
+         hwm_kib={hwm} sampled_kib={sampled} hwm_reset={reset} max_live={} errors={} wall_us={:.1} \
+         per_turn_kib={:.2}",
+        client.kind().name(),
+        client.gauge().max_live(),
+        sample.errors,
+        sample.wall_us(),
+        peak.saturating_sub(before) as f64 / CONCURRENT as f64,
+    );
+}
+
+/// The process's CPU time (user + system, all threads), from `/proc/self/stat` in USER_HZ ticks.
+pub(crate) fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("a stat line")
+        .1
+        .split_whitespace()
+        .collect();
+    // Fields 14 and 15 of stat(5), counted after the command name. USER_HZ is 100 on every mainstream
+    // Linux configuration.
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_millis(ticks * 10)
+}
+
+/// A `kB` field of `/proc/self/status`.
+fn status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|line| {
+        let value = line.strip_prefix(field)?.strip_prefix(':')?;
+        value.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
