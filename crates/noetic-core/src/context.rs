@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::channel::RootChannels;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::harness::AgentHarness;
 use crate::item::{FunctionCallItem, Item};
@@ -148,6 +149,9 @@ struct ContextInner {
     layers: Mutex<Arc<[Arc<dyn ContextLayer>]>>,
     steers: Option<Arc<SteerInbox>>,
     started: Instant,
+    /// The channels of the execution this context is the root of (unused on children, which share their
+    /// root's; see `channel`). Allocates nothing until a channel is used.
+    channels: RootChannels,
 }
 
 /// What a child context inherits or replaces; used by spawn and parallel paths.
@@ -212,6 +216,7 @@ impl Context {
                 layers: Mutex::new(layers),
                 steers,
                 started: Instant::now(),
+                channels: RootChannels::default(),
             }),
         }
     }
@@ -242,6 +247,7 @@ impl Context {
                     None
                 },
                 started: Instant::now(),
+                channels: RootChannels::default(),
             }),
         }
     }
@@ -254,6 +260,15 @@ impl Context {
     /// The parent context, for children.
     pub fn parent(&self) -> Option<&Context> {
         self.inner.parent.as_ref()
+    }
+
+    /// The channels of this context's root execution (the root's own for a root).
+    pub(crate) fn root_channels(&self) -> &RootChannels {
+        let mut root = self;
+        while let Some(parent) = root.parent() {
+            root = parent;
+        }
+        &root.inner.channels
     }
 
     /// Nesting depth: 0 for a root.

@@ -10,12 +10,14 @@ use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
+use crate::connection::Connection;
 use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
 use crate::model::ModelProvider;
 use crate::session::{DeliveryMode, OnSteer, Sessions, Steer, SteerDecision, SteerPoint};
 use crate::step::{Step, StepRef, decode, encode, execute};
 use crate::tool::Tool;
+use crate::workflow::WorkflowRegistry;
 use crate::{Error, Result};
 use tokio_util::task::TaskTracker;
 
@@ -39,6 +41,10 @@ struct HarnessInner {
     layers: Arc<[Arc<dyn ContextLayer>]>,
     default_delivery_mode: DeliveryMode,
     on_steer: Option<Arc<OnSteer>>,
+    /// What workflow documents' names resolve to (`parse_and_run_workflow`).
+    workflow_registry: WorkflowRegistry,
+    /// What `run()` checks the steps' declared needs against.
+    connections: Vec<Arc<dyn Connection>>,
     sessions: Sessions,
     /// The session runner tasks; tracked so none is detached from the harness.
     tasks: TaskTracker,
@@ -139,6 +145,8 @@ pub struct AgentHarnessBuilder {
     layers: Vec<Arc<dyn ContextLayer>>,
     default_delivery_mode: DeliveryMode,
     on_steer: Option<Arc<OnSteer>>,
+    workflow_registry: WorkflowRegistry,
+    connections: Vec<Arc<dyn Connection>>,
 }
 
 impl AgentHarness {
@@ -167,6 +175,8 @@ impl AgentHarness {
             layers: Vec::new(),
             default_delivery_mode: DeliveryMode::NextTurn,
             on_steer: None,
+            workflow_registry: WorkflowRegistry::default(),
+            connections: Vec::new(),
         }
     }
 
@@ -201,7 +211,8 @@ impl AgentHarness {
     ///
     /// # Errors
     /// The step's error; [`Error::InvalidStep`] or [`Error::MissingModel`] before anything runs when the
-    /// tree is malformed.
+    /// tree is malformed; [`Error::ConnectionUnsatisfied`] before anything runs when a step needs an
+    /// operation no registered connection supports.
     ///
     /// # Cancel safety
     /// Dropping the future stops the tree at its current await point; spend already charged stays on the
@@ -213,14 +224,31 @@ impl AgentHarness {
         ctx: &Context,
     ) -> Result<O> {
         step.validate()?;
+        crate::connection::check(self, &step.node)?;
         let input = encode(step.id(), "input", input)?;
+        // The outermost run() on a root bounds its execution for channel handles: when it ends, however
+        // it ends, external handles close; nested runs on the root and runs on children close nothing.
+        let _channels = crate::channel::RunGuard::enter(ctx);
         let output = execute(&step.node, input, false, ctx).await?;
         decode(step.id(), "output", output)
+    }
+
+    /// The connection registered under `name`.
+    pub fn connection(&self, name: &str) -> Option<&Arc<dyn Connection>> {
+        self.inner
+            .connections
+            .iter()
+            .find(|connection| connection.name() == name)
     }
 
     /// The harness-wide tools (offered to every `call_model` after the step's own).
     pub fn tools(&self) -> &[Tool] {
         &self.inner.tools
+    }
+
+    /// The registry that workflow documents' names resolve against.
+    pub fn workflow_registry(&self) -> &WorkflowRegistry {
+        &self.inner.workflow_registry
     }
 
     /// The `call_model` defaults.
@@ -394,6 +422,23 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Registers a connection; `run()` checks the steps' declared needs against the registered ones. A
+    /// later connection with the same name replaces an earlier one.
+    pub fn connection(mut self, connection: impl Connection) -> Self {
+        let connection: Arc<dyn Connection> = Arc::new(connection);
+        self.connections
+            .retain(|registered| registered.name() != connection.name());
+        self.connections.push(connection);
+        self
+    }
+
+    /// The registry that [`AgentHarness::parse_and_run_workflow`] resolves names against (the
+    /// harness's own tools resolve names it lacks).
+    pub fn workflow_registry(mut self, registry: WorkflowRegistry) -> Self {
+        self.workflow_registry = registry;
+        self
+    }
+
     /// Context layers of every context this harness creates.
     pub fn context_layers(
         mut self,
@@ -423,6 +468,8 @@ impl AgentHarnessBuilder {
                 layers: self.layers.into(),
                 default_delivery_mode: self.default_delivery_mode,
                 on_steer: self.on_steer,
+                workflow_registry: self.workflow_registry,
+                connections: self.connections,
                 sessions: Sessions::default(),
                 tasks: TaskTracker::new(),
             }),

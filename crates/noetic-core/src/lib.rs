@@ -23,6 +23,8 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod channel;
+mod connection;
 mod context;
 mod error;
 mod event;
@@ -35,7 +37,10 @@ mod step;
 mod tool;
 pub mod until;
 mod usage;
+pub mod workflow;
 
+pub use channel::{Channel, ChannelHandle, ChannelMode, ChannelStream};
+pub use connection::{Connection, ConnectionSpec};
 pub use context::{Context, ContextOptions, MAX_DEPTH, StepMeta};
 pub use error::{BoxError, CODES, Error, Result, StepFailure};
 pub use event::{EventSink, FrameworkEvent, StreamEvent};
@@ -51,13 +56,15 @@ pub use session::{
 };
 pub use step::{
     Backoff, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder, LoopBuilder, LoopStart,
-    MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy, RunCodeBuilder, SequenceBuilder,
-    SequenceStart, Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, call_model,
-    conditional, in_parallel, invoke_tool, loop_step, run_code, sequence, spawn, with_context,
+    MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy, RunCodeBuilder, ScheduleBuilder,
+    ScheduleOnError, SequenceBuilder, SequenceStart, Settled, SpawnBuilder, SteerMode, Step,
+    StepKind, StepRef, call_model, conditional, in_parallel, invoke_tool, loop_step, run_code,
+    schedule, sequence, spawn, with_context,
 };
 pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
 pub use until::{Until, Verdict, all, any};
 pub use usage::{Spend, TokenUsage};
+pub use workflow::{WorkflowDocument, WorkflowRegistry};
 
 /// The traits users implement or call, for a glob import.
 pub mod prelude {

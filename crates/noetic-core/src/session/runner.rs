@@ -289,7 +289,15 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
             }));
     }
 
-    let result = execute(graph, Value::String(String::new()), false, &ctx).await;
+    // The same protocol as `AgentHarness::run`: connection needs checked before anything runs, and the
+    // turn's root channels closed for host handles when it ends.
+    let result = match crate::connection::check(harness, graph) {
+        Ok(()) => {
+            let _channels = crate::channel::RunGuard::enter(&ctx);
+            execute(graph, Value::String(String::new()), false, &ctx).await
+        }
+        Err(error) => Err(error),
+    };
 
     let duration_ms = started.elapsed().as_millis() as u64;
     {

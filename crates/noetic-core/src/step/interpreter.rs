@@ -6,8 +6,8 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::{
-    StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel, run_code, spawn,
-    with_context,
+    StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel, run_code,
+    schedule, spawn, with_context,
 };
 use crate::context::{Context, MAX_DEPTH};
 use crate::error::StepFailure;
@@ -62,6 +62,7 @@ pub(crate) fn execute<'a>(
             StepBody::WithContext(spec) => with_context::execute(spec, input, fed_back, ctx).await,
             StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, fed_back, ctx).await,
             StepBody::Sequence(body) => loop_step::run_body(body, input, fed_back, ctx).await,
+            StepBody::Schedule(spec) => schedule::execute(id, spec, input, fed_back, ctx).await,
         }?;
         if emit && ctx.has_event_sink() {
             ctx.emit(FrameworkEvent::StepCompleted {

@@ -2,7 +2,8 @@
 //!
 //! A [`Step<I, O>`] takes an `I` and produces an `O`. Steps are built with the builders re-exported here
 //! ([`run_code`], [`call_model`], [`invoke_tool`], [`conditional`], [`in_parallel`], [`spawn`],
-//! [`loop_step`], [`sequence`]) and composed into a tree that [`crate::AgentHarness::run`] executes.
+//! [`loop_step`], [`sequence`], [`schedule`]) and composed into a tree that [`crate::AgentHarness::run`]
+//! executes.
 //!
 //! Values crossing a step boundary are `Serialize + DeserializeOwned`: inside the tree they travel as
 //! `serde_json::Value`, which is what lets steps of different types compose, lets JSON workflow documents
@@ -20,6 +21,7 @@ mod invoke_tool;
 mod loop_step;
 mod parallel;
 mod run_code;
+mod schedule;
 mod spawn;
 mod with_context;
 
@@ -32,6 +34,7 @@ pub use loop_step::{
 };
 pub use parallel::{ParallelBuilder, Settled, in_parallel};
 pub use run_code::{Backoff, RetryPolicy, RunCodeBuilder, run_code};
+pub use schedule::{ScheduleBuilder, ScheduleOnError, schedule};
 pub use spawn::{SpawnBuilder, SteerMode, spawn};
 pub use with_context::with_context;
 
@@ -43,6 +46,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
+use crate::connection::Need;
 use crate::error::StepFailure;
 use crate::{Error, Result};
 
@@ -161,6 +165,8 @@ pub enum StepKind {
     Loop,
     /// [`sequence`].
     Sequence,
+    /// [`schedule`].
+    Schedule,
 }
 
 /// A node of the step tree.
@@ -179,6 +185,7 @@ pub(crate) enum StepBody {
     WithContext(with_context::WithContextSpec),
     Loop(loop_step::LoopSpec),
     Sequence(Vec<Arc<StepNode>>),
+    Schedule(schedule::ScheduleSpec),
 }
 
 impl StepNode {
@@ -193,6 +200,7 @@ impl StepNode {
             StepBody::WithContext(_) => StepKind::WithContext,
             StepBody::Loop(_) => StepKind::Loop,
             StepBody::Sequence(_) => StepKind::Sequence,
+            StepBody::Schedule(_) => StepKind::Schedule,
         }
     }
 
@@ -230,8 +238,44 @@ impl StepNode {
             StepBody::InParallel(spec) => spec.paths.iter().try_for_each(|child| child.validate()),
             StepBody::Spawn(spec) => spec.child.validate(),
             StepBody::WithContext(spec) => spec.child.validate(),
+            StepBody::Schedule(spec) if spec.max_runs == Some(0) => Err(Error::InvalidStep {
+                step_id: self.id.clone(),
+                problem: "schedule max_runs is 0",
+            }),
+            StepBody::Schedule(spec) => spec.step.validate(),
             _ => Ok(()),
         }
+    }
+}
+
+impl StepNode {
+    /// Calls `visit` with every connection need declared in this tree, depth first in tree order.
+    ///
+    /// Only the static tree is walked: a `conditional`'s route and dynamic parallel paths are chosen at
+    /// run time, so their needs cannot be seen here. A new composite step kind must list its children
+    /// below, or the needs beneath it go unchecked.
+    pub(crate) fn try_for_each_need(
+        &self,
+        visit: &mut dyn FnMut(&Need) -> Result<()>,
+    ) -> Result<()> {
+        let own: &[Need] = match &self.body {
+            StepBody::RunCode(spec) => &spec.needs,
+            StepBody::CallModel(spec) => &spec.needs,
+            _ => &[],
+        };
+        own.iter().try_for_each(&mut *visit)?;
+        let children: &[Arc<StepNode>] = match &self.body {
+            StepBody::Sequence(children) => children,
+            StepBody::Loop(spec) => &spec.body,
+            StepBody::InParallel(spec) => &spec.paths,
+            StepBody::Spawn(spec) => std::slice::from_ref(&spec.child),
+            StepBody::WithContext(spec) => std::slice::from_ref(&spec.child),
+            StepBody::Schedule(spec) => std::slice::from_ref(&spec.step),
+            _ => &[],
+        };
+        children
+            .iter()
+            .try_for_each(|child| child.try_for_each_need(visit))
     }
 }
 

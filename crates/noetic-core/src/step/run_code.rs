@@ -9,6 +9,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use super::{Step, StepBody, StepNode, decode, encode};
+use crate::connection::Need;
 use crate::context::Context;
 use crate::error::{BoxError, StepFailure};
 use crate::{Error, Result};
@@ -91,6 +92,8 @@ impl CodeError {
 pub(crate) struct RunCodeSpec {
     body: Box<CodeBody>,
     retry: Option<RetryPolicy>,
+    /// Connection operations the body uses, checked by `run()` before the tree starts.
+    pub(crate) needs: Vec<Need>,
 }
 
 /// Builds a `run_code` step; see [`run_code`].
@@ -99,6 +102,7 @@ pub struct RunCodeBuilder<I, O> {
     id: String,
     body: Box<CodeBody>,
     retry: Option<RetryPolicy>,
+    needs: Vec<Need>,
     _types: std::marker::PhantomData<fn(I) -> O>,
 }
 
@@ -141,6 +145,7 @@ where
         id,
         body: Box::new(erased),
         retry: None,
+        needs: Vec::new(),
         _types: std::marker::PhantomData,
     }
 }
@@ -152,6 +157,14 @@ impl<I, O> RunCodeBuilder<I, O> {
         self
     }
 
+    /// Declares that the body uses `operation` of the connection named `connection`: `run()` fails
+    /// with `CONNECTION_UNSATISFIED` before anything runs unless the harness has such a connection
+    /// supporting it.
+    pub fn requires(mut self, connection: impl Into<String>, operation: impl Into<String>) -> Self {
+        self.needs.push(Need::new(connection, operation));
+        self
+    }
+
     /// The finished step.
     pub fn build(self) -> Step<I, O> {
         Step::from_node(StepNode {
@@ -159,6 +172,7 @@ impl<I, O> RunCodeBuilder<I, O> {
             body: StepBody::RunCode(RunCodeSpec {
                 body: self.body,
                 retry: self.retry,
+                needs: self.needs,
             }),
         })
     }

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Step, StepBody, StepNode};
+use crate::connection::Need;
 use crate::context::Context;
 use crate::event::FrameworkEvent;
 use crate::model::{ModelParams, OutputFormat};
@@ -35,6 +36,8 @@ pub(crate) struct CallModelSpec {
     pub(crate) tool_concurrency: usize,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) emit: EmitPolicy,
+    /// Connection operations the step's tools use, checked by `run()` before the tree starts.
+    pub(crate) needs: Vec<Need>,
 }
 
 /// Which of its own events a `call_model` step emits (step, model-call and tool events; items,
@@ -115,6 +118,7 @@ pub fn call_model(id: impl Into<String>) -> CallModelBuilder<String> {
             tool_concurrency: 1,
             idle_timeout: None,
             emit: EmitPolicy::All,
+            needs: Vec::new(),
         },
         _output: PhantomData,
     }
@@ -224,6 +228,14 @@ impl<O> CallModelBuilder<O> {
             spec,
             _output: PhantomData,
         }
+    }
+
+    /// Declares that the step (its tools, typically) uses `operation` of the connection named
+    /// `connection`: `run()` fails with `CONNECTION_UNSATISFIED` before anything runs unless the harness
+    /// has such a connection supporting it.
+    pub fn requires(mut self, connection: impl Into<String>, operation: impl Into<String>) -> Self {
+        self.spec.needs.push(Need::new(connection, operation));
+        self
     }
 
     /// The finished step.

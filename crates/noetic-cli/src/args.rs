@@ -1,0 +1,218 @@
+//! Command-line parsing. Hand-written: the grammar is small and a parser library would double the
+//! CLI's build time.
+
+use std::time::Duration;
+
+/// The usage text, printed by `--help` and with usage errors.
+pub(crate) const USAGE: &str = "\
+usage:
+  noetic run FLOW.json [PROMPT] [options]     run a workflow as the agent graph (prompt from stdin if absent)
+  noetic chat FLOW.json [options] [--jsonl]   a session reading messages from stdin while turns run
+  noetic validate FLOW.json                   validate a workflow and print its step tree
+
+options:
+  --provider openrouter|openai|responses|chat|demo   the provider (default: openrouter with a key,
+                            responses with --base-url, else the offline demo model)
+  --base-url URL            the provider's base URL (required by responses and chat)
+  --api-key-env NAME        the env var holding the API key (default: OPENROUTER_API_KEY / OPENAI_API_KEY)
+  --model MODEL             the model of nodes that name none
+  --thread ID               the session thread (default __default__)
+  --name NAME               the harness name, prefix of framework event types (default noetic)
+  --idle-timeout-ms N       the stream idle watchdog (default 120000)
+  --events jsonl            print every stream event as one JSON object per line instead of the text
+  --output json             (run) print the turn's response as one JSON object at the end
+  --allow-fs                enable the read_file, write_file and list_dir tools
+  --allow-shell             enable the shell tool
+  --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
+
+chat commands (plain-line mode): a line is a next-turn message; /steer TEXT, /between TEXT,
+/interrupt TEXT, /abort, /status, /quit";
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Command {
+    Run {
+        flow: String,
+        prompt: Option<String>,
+    },
+    Chat {
+        flow: String,
+        jsonl: bool,
+    },
+    Validate {
+        flow: String,
+    },
+    Help,
+}
+
+/// The provider and run options shared by `run` and `chat`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Options {
+    pub(crate) provider: Option<String>,
+    pub(crate) base_url: Option<String>,
+    pub(crate) api_key_env: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) thread: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) events_jsonl: bool,
+    pub(crate) output_json: bool,
+    pub(crate) allow_fs: bool,
+    pub(crate) allow_shell: bool,
+}
+
+/// Parses the arguments (without the program name).
+///
+/// # Errors
+/// A message naming the offending argument.
+pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
+    let mut options = Options::default();
+    let mut positional = Vec::new();
+    let mut jsonl = false;
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let mut value = |name: &str| {
+            iter.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => return Ok((Command::Help, options)),
+            "--provider" => {
+                let provider = value("--provider")?;
+                if !["openrouter", "openai", "responses", "chat", "demo"]
+                    .contains(&provider.as_str())
+                {
+                    return Err(format!(
+                        "--provider must be openrouter, openai, responses, chat or demo, not `{provider}`"
+                    ));
+                }
+                options.provider = Some(provider);
+            }
+            "--base-url" => options.base_url = Some(value("--base-url")?),
+            "--api-key-env" => options.api_key_env = Some(value("--api-key-env")?),
+            "--model" => options.model = Some(value("--model")?),
+            "--thread" => options.thread = Some(value("--thread")?),
+            "--name" => options.name = Some(value("--name")?),
+            "--idle-timeout-ms" => {
+                let raw = value("--idle-timeout-ms")?;
+                let millis: u64 = raw.parse().map_err(|_| {
+                    format!("--idle-timeout-ms must be a whole number, not `{raw}`")
+                })?;
+                if millis == 0 {
+                    return Err("--idle-timeout-ms must be at least 1".to_owned());
+                }
+                options.idle_timeout = Some(Duration::from_millis(millis));
+            }
+            "--events" => match value("--events")?.as_str() {
+                "jsonl" => options.events_jsonl = true,
+                other => return Err(format!("--events supports `jsonl`, not `{other}`")),
+            },
+            "--output" => match value("--output")?.as_str() {
+                "json" => options.output_json = true,
+                other => return Err(format!("--output supports `json`, not `{other}`")),
+            },
+            "--allow-fs" => options.allow_fs = true,
+            "--allow-shell" => options.allow_shell = true,
+            "--jsonl" => jsonl = true,
+            "--storage" => {
+                return Err(
+                    "--storage needs durable storage, which this build does not have yet"
+                        .to_owned(),
+                );
+            }
+            flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
+            _ => positional.push(arg.clone()),
+        }
+    }
+    let mut positional = positional.into_iter();
+    let command = match positional.next().as_deref() {
+        None => return Ok((Command::Help, options)),
+        Some("run") => {
+            let flow = positional.next().ok_or("run needs a workflow file")?;
+            let prompt = positional.next();
+            Command::Run { flow, prompt }
+        }
+        Some("chat") => Command::Chat {
+            flow: positional.next().ok_or("chat needs a workflow file")?,
+            jsonl,
+        },
+        Some("validate") => Command::Validate {
+            flow: positional.next().ok_or("validate needs a workflow file")?,
+        },
+        Some(other) => return Err(format!("unknown command `{other}`")),
+    };
+    if let Some(extra) = positional.next() {
+        return Err(format!("unexpected argument `{extra}`"));
+    }
+    if let Some(provider @ ("responses" | "chat")) = options.provider.as_deref()
+        && options.base_url.is_none()
+    {
+        return Err(format!("--provider {provider} needs --base-url"));
+    }
+    Ok((command, options))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_run_with_options() {
+        let (command, options) = parse(&args(
+            "run flow.json hello --model m --events jsonl --idle-timeout-ms 500",
+        ))
+        .unwrap();
+        assert_eq!(
+            command,
+            Command::Run {
+                flow: "flow.json".into(),
+                prompt: Some("hello".into())
+            }
+        );
+        assert_eq!(options.model.as_deref(), Some("m"));
+        assert!(options.events_jsonl);
+        assert_eq!(options.idle_timeout, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn rejects_bad_arguments_by_name() {
+        assert!(parse(&args("run")).unwrap_err().contains("workflow file"));
+        assert!(
+            parse(&args("run f.json --provider nope"))
+                .unwrap_err()
+                .contains("--provider")
+        );
+        assert!(
+            parse(&args("run f.json --bogus"))
+                .unwrap_err()
+                .contains("--bogus")
+        );
+        assert!(
+            parse(&args("run f.json --idle-timeout-ms x"))
+                .unwrap_err()
+                .contains("--idle-timeout-ms")
+        );
+        assert!(
+            parse(&args("frobnicate"))
+                .unwrap_err()
+                .contains("frobnicate")
+        );
+        assert!(
+            parse(&args("run f.json --provider chat"))
+                .unwrap_err()
+                .contains("--base-url")
+        );
+        assert_eq!(
+            parse(&args("chat f.json --jsonl")).unwrap().0,
+            Command::Chat {
+                flow: "f.json".into(),
+                jsonl: true
+            }
+        );
+    }
+}

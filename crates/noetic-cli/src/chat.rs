@@ -1,0 +1,363 @@
+//! `noetic chat FLOW.json`: a session fed from stdin while turns run, so a person or a program can
+//! queue, steer and abort.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::{BoxStream, SelectAll};
+use noetic_core::item::Item;
+use noetic_core::{
+    AbortOptions, AgentHarness, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, FrameworkEvent,
+    Scope, SessionStatus, StreamEvent,
+};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::Failure;
+use crate::args::Options;
+use crate::output::TextPrinter;
+use crate::workflow::setup;
+
+/// What one stdin line asks for.
+#[derive(Debug, PartialEq)]
+enum Line {
+    Message {
+        input: Vec<Item>,
+        mode: DeliveryMode,
+        thread: Option<String>,
+        message_id: Option<String>,
+    },
+    Abort {
+        thread: Option<String>,
+    },
+    Status {
+        thread: Option<String>,
+    },
+    Quit,
+    Skip,
+}
+
+fn text(text: &str) -> Vec<Item> {
+    vec![Item::user_text(text)]
+}
+
+/// A plain line: a message, or a `/command`.
+fn parse_plain(line: &str) -> Result<Line, String> {
+    let line = line.trim_end();
+    let message = |body: &str, mode| Line::Message {
+        input: text(body.trim()),
+        mode,
+        thread: None,
+        message_id: None,
+    };
+    Ok(
+        match line
+            .split_once(' ')
+            .map_or((line, ""), |(head, rest)| (head, rest))
+        {
+            ("", _) => Line::Skip,
+            ("/steer", body) if !body.trim().is_empty() => message(body, DeliveryMode::NextItem),
+            ("/between", body) if !body.trim().is_empty() => {
+                message(body, DeliveryMode::BetweenRounds)
+            }
+            ("/interrupt", body) if !body.trim().is_empty() => {
+                message(body, DeliveryMode::Interrupt)
+            }
+            ("/abort", "") => Line::Abort { thread: None },
+            ("/status", "") => Line::Status { thread: None },
+            ("/quit", "") => Line::Quit,
+            (command, _) if command.starts_with('/') => {
+                return Err(format!(
+                    "unknown or incomplete command `{line}` (try /steer TEXT, /between TEXT, /interrupt TEXT, /abort, /status, /quit)"
+                ));
+            }
+            _ => Line::Message {
+                input: text(line),
+                mode: DeliveryMode::NextTurn,
+                thread: None,
+                message_id: None,
+            },
+        },
+    )
+}
+
+/// A JSON line: `{"input", "threadId"?, "deliveryMode"?, "messageId"?}` or `{"command", "threadId"?}`.
+fn parse_json(line: &str) -> Result<Line, String> {
+    if line.trim().is_empty() {
+        return Ok(Line::Skip);
+    }
+    let value: Value =
+        serde_json::from_str(line).map_err(|error| format!("not a JSON line: {error}"))?;
+    let thread = value
+        .get("threadId")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(command) = value.get("command") {
+        return match command.as_str() {
+            Some("abort") => Ok(Line::Abort { thread }),
+            Some("status") => Ok(Line::Status { thread }),
+            Some("quit") => Ok(Line::Quit),
+            _ => Err(format!(
+                "`command` must be abort, status or quit, not {command}"
+            )),
+        };
+    }
+    let input = match value.get("input") {
+        Some(Value::String(body)) => text(body),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                Item::from_json(item.clone(), "input")
+                    .map_err(|error| format!("input/{index}: {error}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(item @ Value::Object(_)) => vec![
+            Item::from_json(item.clone(), "input").map_err(|error| format!("input: {error}"))?,
+        ],
+        _ => return Err("a line needs `input` (text or items) or `command`".to_owned()),
+    };
+    let mode = match value.get("deliveryMode") {
+        None => DeliveryMode::NextTurn,
+        Some(mode) => serde_json::from_value(mode.clone())
+            .map_err(|_| format!("`deliveryMode` must be next-turn, between-rounds, next-item or interrupt, not {mode}"))?,
+    };
+    let message_id = value
+        .get("messageId")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(Line::Message {
+        input,
+        mode,
+        thread,
+        message_id,
+    })
+}
+
+fn status_json(status: &SessionStatus, queued: usize) -> Value {
+    match status {
+        SessionStatus::Running { turn_id, .. } => {
+            serde_json::json!({"status": "running", "turnId": turn_id, "queued": queued})
+        }
+        SessionStatus::Aborting { turn_id } => {
+            serde_json::json!({"status": "aborting", "turnId": turn_id, "queued": queued})
+        }
+        _ => serde_json::json!({"status": "idle", "queued": queued}),
+    }
+}
+
+/// Prints one event of `thread`. As JSON lines, the events of a thread other than the chat's own
+/// carry its `threadId`.
+fn print_event(
+    harness: &AgentHarness,
+    (thread, event): &(Option<String>, Arc<StreamEvent>),
+    events_jsonl: bool,
+    text: &mut TextPrinter,
+    out: &mut impl Write,
+) {
+    if events_jsonl {
+        let mut line = event.to_json(harness.name());
+        if let (Some(thread), Value::Object(fields)) = (thread, &mut line) {
+            fields.insert("threadId".to_owned(), Value::String(thread.clone()));
+        }
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+        return;
+    }
+    text.event(event, out);
+    match &**event {
+        StreamEvent::Framework(FrameworkEvent::TurnCompleted { .. }) => text.end_line(out),
+        StreamEvent::Framework(FrameworkEvent::TurnAborted {
+            reason, error_kind, ..
+        }) => {
+            text.end_line(out);
+            eprintln!("turn ended: error[{error_kind}]: {reason}");
+        }
+        _ => {}
+    }
+}
+
+/// The events of every thread the chat has sent to, each tagged with its thread (`None` for the
+/// chat's own).
+struct Threads {
+    own: String,
+    known: Vec<String>,
+    events: SelectAll<BoxStream<'static, (Option<String>, Arc<StreamEvent>)>>,
+}
+
+impl Threads {
+    fn new(harness: &AgentHarness, own: Option<String>) -> Self {
+        let mut threads = Threads {
+            own: own.unwrap_or_else(|| DEFAULT_THREAD.to_owned()),
+            known: Vec::new(),
+            events: SelectAll::new(),
+        };
+        threads.watch(harness, None);
+        threads
+    }
+
+    /// Subscribes to `thread`'s events (`None`: the chat's own thread) unless already subscribed, and
+    /// returns its id. Called before sending to it, so none of its events is missed.
+    fn watch(&mut self, harness: &AgentHarness, thread: Option<String>) -> String {
+        let thread = thread.unwrap_or_else(|| self.own.clone());
+        if !self.known.contains(&thread) {
+            self.known.push(thread.clone());
+            let tag = (thread != self.own).then(|| thread.clone());
+            let events = harness.events(Scope {
+                thread_id: Some(thread.clone()),
+            });
+            self.events
+                .push(events.map(move |event| (tag.clone(), event)).boxed());
+        }
+        thread
+    }
+
+    /// Whether every thread the chat has sent to is idle with nothing queued.
+    fn all_idle(&self, harness: &AgentHarness) -> bool {
+        self.known.iter().all(|thread| {
+            let scope = Scope {
+                thread_id: Some(thread.clone()),
+            };
+            harness.status(scope.clone()) == SessionStatus::Idle && harness.queue_len(scope) == 0
+        })
+    }
+}
+
+pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(), Failure> {
+    let setup = setup(flow, options).await?;
+    let harness = setup.harness.clone();
+    let mut threads = Threads::new(&harness, options.thread.clone());
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut text = TextPrinter::new();
+    let mut quitting = false;
+    let print = |event: &(Option<String>, Arc<StreamEvent>), text: &mut TextPrinter| {
+        print_event(
+            &harness,
+            event,
+            options.events_jsonl,
+            text,
+            &mut std::io::stdout(),
+        );
+    };
+    loop {
+        if quitting {
+            // Let the running turns and the queued messages finish, printing their events.
+            if threads.all_idle(&harness) {
+                // Everything is published: print what this subscriber has not shown yet, then stop.
+                while let Ok(Some(event)) =
+                    tokio::time::timeout(Duration::ZERO, threads.events.next()).await
+                {
+                    print(&event, &mut text);
+                }
+                return Ok(());
+            }
+            if let Some(event) = threads.events.next().await {
+                print(&event, &mut text);
+            }
+            continue;
+        }
+        tokio::select! {
+            Some(event) = threads.events.next() => print(&event, &mut text),
+            line = lines.next_line() => {
+                let line = match line {
+                    Ok(Some(line)) => line,
+                    Ok(None) => { quitting = true; continue; }
+                    Err(error) => return Err(Failure::Usage(format!("cannot read stdin: {error}"))),
+                };
+                let parsed = if jsonl { parse_json(&line) } else { parse_plain(&line) };
+                match parsed {
+                    Err(message) => eprintln!("error: {message}"),
+                    Ok(Line::Skip) => {}
+                    Ok(Line::Quit) => quitting = true,
+                    Ok(Line::Status { thread }) => {
+                        let scope = Scope { thread_id: Some(thread.unwrap_or_else(|| threads.own.clone())) };
+                        let status = status_json(&harness.status(scope.clone()), harness.queue_len(scope));
+                        eprintln!("{status}");
+                    }
+                    Ok(Line::Abort { thread }) => {
+                        // Abort waits for the turn to end; keep reading stdin meanwhile.
+                        let harness = harness.clone();
+                        let thread_id = Some(thread.unwrap_or_else(|| threads.own.clone()));
+                        tokio::spawn(async move {
+                            harness.abort(AbortOptions { thread_id, reason: Some("aborted from the chat".to_owned()) }).await;
+                        });
+                    }
+                    Ok(Line::Message { input, mode, thread, message_id }) => {
+                        let mut execute = ExecuteOptions::default().delivery_mode(mode);
+                        execute.thread_id = Some(threads.watch(&harness, thread));
+                        execute.message_id = message_id;
+                        harness.execute(input, execute).await?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_map_to_messages_and_commands() {
+        assert!(matches!(
+            parse_plain("hello").unwrap(),
+            Line::Message {
+                mode: DeliveryMode::NextTurn,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse_plain("/steer use bullets").unwrap(),
+            Line::Message {
+                mode: DeliveryMode::NextItem,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse_plain("/between later").unwrap(),
+            Line::Message {
+                mode: DeliveryMode::BetweenRounds,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse_plain("/interrupt stop").unwrap(),
+            Line::Message {
+                mode: DeliveryMode::Interrupt,
+                ..
+            }
+        ));
+        assert_eq!(parse_plain("/abort").unwrap(), Line::Abort { thread: None });
+        assert_eq!(parse_plain("/quit").unwrap(), Line::Quit);
+        assert!(parse_plain("/steer").unwrap_err().contains("/steer"));
+        assert!(parse_plain("/bogus x").unwrap_err().contains("/bogus"));
+    }
+
+    #[test]
+    fn json_lines_map_to_messages_and_commands() {
+        let line = parse_json(
+            r#"{"input": "hi", "threadId": "t", "deliveryMode": "next-item", "messageId": "m1"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            line,
+            Line::Message {
+                input: text("hi"),
+                mode: DeliveryMode::NextItem,
+                thread: Some("t".into()),
+                message_id: Some("m1".into())
+            }
+        );
+        assert_eq!(parse_json(r#"{"command": "quit"}"#).unwrap(), Line::Quit);
+        assert!(
+            parse_json(r#"{"input": "x", "deliveryMode": "soon"}"#)
+                .unwrap_err()
+                .contains("deliveryMode")
+        );
+        assert!(parse_json("{oops").unwrap_err().contains("JSON"));
+        assert!(parse_json(r#"{"foo": 1}"#).unwrap_err().contains("input"));
+    }
+}

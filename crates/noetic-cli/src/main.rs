@@ -1,0 +1,90 @@
+//! `noetic`: run and chat with JSON workflows from the command line.
+//!
+//! ```text
+//! noetic run examples/workflows/researcher.json "Find recent AI news"
+//! noetic chat examples/workflows/researcher.json
+//! noetic validate examples/workflows/multi-model-judge.json
+//! ```
+//!
+//! Exit codes: 0 success; 2 usage error or invalid workflow (the message names the file and the JSON
+//! pointer); 1 runtime failure, printed as `error[CODE]: message`.
+
+mod args;
+mod chat;
+mod output;
+mod provider;
+mod run;
+mod tools;
+mod workflow;
+
+use std::process::ExitCode;
+
+/// Why the command failed, deciding the exit code.
+pub(crate) enum Failure {
+    /// Bad arguments or an invalid workflow: exit 2.
+    Usage(String),
+    /// A runtime error: exit 1, printed with its code.
+    Runtime(noetic_core::Error),
+}
+
+impl From<noetic_core::Error> for Failure {
+    fn from(error: noetic_core::Error) -> Self {
+        Failure::Runtime(error)
+    }
+}
+
+impl From<noetic_providers::ProviderError> for Failure {
+    fn from(error: noetic_providers::ProviderError) -> Self {
+        Failure::Runtime(error.into_core("cli", None))
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let (command, options) = match args::parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            eprintln!("error: {message}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match command {
+            args::Command::Help => {
+                println!("{}", args::USAGE);
+                Ok(())
+            }
+            args::Command::Validate { flow } => workflow::validate(&flow),
+            args::Command::Run { flow, prompt } => run::run(&flow, prompt, &options).await,
+            args::Command::Chat { flow, jsonl } => chat::chat(&flow, jsonl, &options).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(error)) => {
+            let code = error.code();
+            let message = error.to_string();
+            // Some errors (a provider's configuration, a missing key) already start with their code.
+            let message = message
+                .strip_prefix(code)
+                .and_then(|rest| rest.strip_prefix(": "))
+                .unwrap_or(&message);
+            eprintln!("error[{code}]: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! `noetic run FLOW.json [PROMPT]`: one turn, its text (or events) streamed to stdout.
+
+use std::io::Write;
+
+use futures_util::StreamExt;
+use noetic_core::{ExecuteOptions, FrameworkEvent, Scope, StreamEvent};
+use tokio::io::AsyncReadExt;
+
+use crate::Failure;
+use crate::args::Options;
+use crate::output::{TextPrinter, response_json, usage_line};
+use crate::workflow::setup;
+
+pub(crate) async fn run(
+    flow: &str,
+    prompt: Option<String>,
+    options: &Options,
+) -> Result<(), Failure> {
+    let prompt = match prompt {
+        Some(prompt) => prompt,
+        None => {
+            let mut text = String::new();
+            tokio::io::stdin()
+                .read_to_string(&mut text)
+                .await
+                .map_err(|error| {
+                    Failure::Usage(format!("cannot read the prompt from stdin: {error}"))
+                })?;
+            text.trim_end().to_owned()
+        }
+    };
+    let setup = setup(flow, options).await?;
+    let harness = &setup.harness;
+    let scope = Scope {
+        thread_id: options.thread.clone(),
+    };
+    // Subscribe before executing so no event of the turn is missed.
+    let mut events = harness.events(scope.clone());
+    let execute = ExecuteOptions {
+        thread_id: options.thread.clone(),
+        ..ExecuteOptions::default()
+    };
+    harness.execute(prompt, execute).await?;
+
+    let mut stdout = std::io::stdout().lock();
+    let mut text = TextPrinter::new();
+    while let Some(event) = events.next().await {
+        if options.events_jsonl {
+            let _ = writeln!(stdout, "{}", event.to_json(harness.name()));
+        } else if !options.output_json {
+            text.event(&event, &mut stdout);
+        }
+        if matches!(
+            &*event,
+            StreamEvent::Framework(
+                FrameworkEvent::TurnCompleted { .. } | FrameworkEvent::TurnAborted { .. }
+            )
+        ) {
+            break;
+        }
+    }
+    let response = harness.agent_response(scope.clone()).await;
+    let usage = harness.usage(scope);
+    let plain = !options.events_jsonl && !options.output_json;
+    match response {
+        Ok(response) => {
+            if plain {
+                if !text.wrote() {
+                    text.text(&response.text, &mut stdout);
+                }
+                text.end_line(&mut stdout);
+            }
+            if options.output_json {
+                let _ = writeln!(stdout, "{}", response_json(&response));
+            } else {
+                eprintln!("{}", usage_line(&usage));
+            }
+            Ok(())
+        }
+        Err(error) => {
+            if plain {
+                text.end_line(&mut stdout);
+            }
+            Err(Failure::Runtime(error))
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Loading a workflow file into a harness, and `noetic validate`.
+
+use noetic_core::workflow::{HydrateOptions, WorkflowDocument, WorkflowRegistry};
+use noetic_core::{AgentHarness, CallModelDefaults, Error};
+use serde_json::Value;
+
+use crate::Failure;
+use crate::args::Options;
+use crate::provider::{Chosen, choose};
+use crate::tools::builtins;
+
+/// A harness running a workflow, and the provider it owns (the demo server lives as long as this).
+pub(crate) struct Setup {
+    pub(crate) harness: AgentHarness,
+    _demo: Option<noetic_providers::DemoModel>,
+}
+
+/// An invalid workflow is a usage error (exit 2) whose message names the file and the JSON pointer.
+fn invalid(flow: &str, error: &Error) -> Failure {
+    Failure::Usage(format!("{flow}: error[{}]: {error}", error.code()))
+}
+
+fn read(flow: &str) -> Result<WorkflowDocument, Failure> {
+    let text = std::fs::read_to_string(flow)
+        .map_err(|error| Failure::Usage(format!("{flow}: cannot read: {error}")))?;
+    WorkflowDocument::from_json(&text).map_err(|error| invalid(flow, &error))
+}
+
+fn registry(options: &Options) -> WorkflowRegistry {
+    builtins(options.allow_fs, options.allow_shell)
+        .into_iter()
+        .fold(WorkflowRegistry::new(), WorkflowRegistry::tool)
+}
+
+/// Reads, validates and hydrates `flow`, and builds a harness running it on the chosen provider.
+pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failure> {
+    let document = read(flow)?;
+    let Chosen {
+        name,
+        provider,
+        default_model,
+        _demo,
+    } = choose(options).await?;
+    let mut hydrate = HydrateOptions::new();
+    // Nodes without a model use --model, else the provider's own (the demo model's), else fail.
+    hydrate.default_model = options.model.clone().or(default_model);
+    let registry = registry(options);
+    let graph = document
+        .hydrate(&registry, &hydrate)
+        .map_err(|error| invalid(flow, &error))?;
+    let mut defaults = CallModelDefaults::default().provider(name.clone());
+    if let Some(idle) = options.idle_timeout {
+        defaults = defaults.idle_timeout(idle);
+    }
+    let harness =
+        AgentHarness::builder(options.name.clone().unwrap_or_else(|| "noetic".to_owned()))
+            .agent_graph(graph)
+            .provider(name, provider)
+            .call_model_defaults(defaults)
+            .workflow_registry(registry)
+            .build()?;
+    Ok(Setup { harness, _demo })
+}
+
+/// `noetic validate`: check the file and print its step tree.
+pub(crate) fn validate(flow: &str) -> Result<(), Failure> {
+    let document = read(flow)?;
+    let mut hydrate = HydrateOptions::new();
+    // Validation does not need a real model: a placeholder lets nodes without one hydrate.
+    hydrate.default_model = Some("(default model)".to_owned());
+    document
+        .hydrate(
+            &registry(&Options {
+                allow_fs: true,
+                allow_shell: true,
+                ..Options::default()
+            }),
+            &hydrate,
+        )
+        .map_err(|error| invalid(flow, &error))?;
+    let mut tree = String::new();
+    print_tree(&document.to_value()["root"], 0, &mut tree);
+    print!("{tree}");
+    println!("{flow}: valid");
+    Ok(())
+}
+
+/// One line per node: kind, id and the field that says most about it; children indented.
+fn print_tree(node: &Value, depth: usize, out: &mut String) {
+    let field = |name: &str| node.get(name).and_then(Value::as_str);
+    let kind = field("kind").unwrap_or("?");
+    let detail = match kind {
+        "callModel" => field("model").map(|model| format!(" ({model})")),
+        "invokeTool" => field("toolName").map(|tool| format!(" ({tool})")),
+        "runCode" => field("execute").map(|code| format!(" ({code})")),
+        "inParallel" => field("mode").map(|mode| format!(" ({mode})")),
+        "subflow" => field("ref").map(|name| format!(" (ref {name})")),
+        _ => None,
+    };
+    out.push_str(&format!(
+        "{}{kind} {}{}\n",
+        "  ".repeat(depth),
+        field("id").unwrap_or(""),
+        detail.unwrap_or_default()
+    ));
+    for key in ["steps", "paths"] {
+        for child in node
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            print_tree(child, depth + 1, out);
+        }
+    }
+    for key in ["child", "body", "each", "step", "default"] {
+        if let Some(child) = node.get(key).filter(|child| child.is_object()) {
+            print_tree(child, depth + 1, out);
+        }
+    }
+    for route in node
+        .get("routes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(target) = route.get("target") {
+            print_tree(target, depth + 1, out);
+        }
+    }
+    if let Some(root) = node
+        .get("document")
+        .and_then(|document| document.get("root"))
+    {
+        print_tree(root, depth + 1, out);
+    }
+}

@@ -1,0 +1,202 @@
+//! [`WorkflowRegistry`]: what a workflow's names resolve to (tools, code steps, layers, subflow
+//! documents), and [`HydrateOptions`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use super::document::WorkflowDocument;
+use crate::context::Context;
+use crate::error::BoxError;
+use crate::layer::ContextLayer;
+use crate::step::{RetryPolicy, Step, run_code};
+use crate::tool::Tool;
+
+/// Makes a `run_code` step with the given id and retry policy from a registered code body.
+pub(crate) type CodeFactory =
+    dyn Fn(String, Option<RetryPolicy>) -> Step<serde_json::Value, serde_json::Value> + Send + Sync;
+
+/// The names a workflow document may use, and what they resolve to.
+///
+/// Built in builder style and cheap to clone (every entry is shared). Give it to the harness with
+/// [`crate::AgentHarnessBuilder::workflow_registry`] for [`crate::AgentHarness::parse_and_run_workflow`],
+/// or pass it to [`WorkflowDocument::hydrate`] directly.
+///
+/// # Examples
+/// ```
+/// use noetic_core::{Context, Tool, ToolContext};
+/// use noetic_core::workflow::WorkflowRegistry;
+/// use serde_json::Value;
+/// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Args { text: String }
+/// let registry = WorkflowRegistry::new()
+///     .code("upper", |input: String, _ctx: Context| async move {
+///         Ok::<_, std::convert::Infallible>(input.to_uppercase())
+///     })
+///     .tool(Tool::new("echo", "Echo the text", |args: Args, _: ToolContext| async move { Ok(args.text) }));
+/// assert!(registry.has_code("upper"));
+/// assert!(registry.tool_named("echo").is_some());
+/// ```
+#[derive(Clone, Default)]
+#[must_use]
+pub struct WorkflowRegistry {
+    tools: BTreeMap<String, Tool>,
+    code: BTreeMap<String, Arc<CodeFactory>>,
+    layers: BTreeMap<String, Arc<dyn ContextLayer>>,
+    documents: BTreeMap<String, Arc<WorkflowDocument>>,
+    options: HydrateOptions,
+}
+
+/// Options of hydration that are not names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HydrateOptions {
+    /// The model of every `callModel` node that names none. Without it, such a node is
+    /// `WORKFLOW_INVALID` (`MISSING_MODEL`) at hydration.
+    pub default_model: Option<String>,
+    /// Ends every `schedule` node after this many runs (see [`crate::ScheduleBuilder::max_runs`]).
+    /// `None` (the default) lets schedules run until the context is cancelled, as the format intends.
+    pub schedule_max_runs: Option<u32>,
+}
+
+impl HydrateOptions {
+    /// Default options: no default model, schedules run until cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the default model.
+    #[must_use]
+    pub fn default_model(mut self, model: impl Into<String>) -> Self {
+        self.default_model = Some(model.into());
+        self
+    }
+
+    /// Ends every `schedule` node after `runs` runs.
+    #[must_use]
+    pub fn schedule_max_runs(mut self, runs: u32) -> Self {
+        self.schedule_max_runs = Some(runs);
+        self
+    }
+}
+
+impl WorkflowRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool under its own name (for `invokeTool.toolName` and `callModel.tools[].type`).
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.insert(tool.name().to_owned(), tool);
+        self
+    }
+
+    /// Registers a code step under `name` (for `runCode.execute`). The body is a `run_code` body: it
+    /// gets the input decoded as `I` and the context, and returns `Result<O, E>`.
+    pub fn code<I, O, E, F, Fut>(mut self, name: impl Into<String>, body: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        let body = Arc::new(body);
+        let factory = move |id: String, retry: Option<RetryPolicy>| {
+            let body = body.clone();
+            let builder = run_code(id, move |input: I, ctx: Context| body(input, ctx));
+            let step: Step<I, O> = match retry {
+                Some(policy) => builder.retry(policy).build(),
+                None => builder.build(),
+            };
+            Step::from_arc(step.node)
+        };
+        self.code.insert(name.into(), Arc::new(factory));
+        self
+    }
+
+    /// Registers a context layer under `name` (for `spawn.layers` and `withContext.layers`).
+    pub fn layer(mut self, name: impl Into<String>, layer: Arc<dyn ContextLayer>) -> Self {
+        self.layers.insert(name.into(), layer);
+        self
+    }
+
+    /// Registers a document under `name` (for `subflow.ref`).
+    pub fn document(mut self, name: impl Into<String>, document: WorkflowDocument) -> Self {
+        self.documents.insert(name.into(), Arc::new(document));
+        self
+    }
+
+    /// Sets the options that [`crate::AgentHarness::parse_and_run_workflow`] hydrates with.
+    pub fn options(mut self, options: HydrateOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Sets the default model of `callModel` nodes that name none (shorthand for
+    /// [`WorkflowRegistry::options`]).
+    pub fn default_model(mut self, model: impl Into<String>) -> Self {
+        self.options.default_model = Some(model.into());
+        self
+    }
+
+    /// The options [`crate::AgentHarness::parse_and_run_workflow`] hydrates with.
+    pub fn hydrate_options(&self) -> &HydrateOptions {
+        &self.options
+    }
+
+    /// The tool registered under `name`.
+    pub fn tool_named(&self, name: &str) -> Option<&Tool> {
+        self.tools.get(name)
+    }
+
+    /// Whether a code step is registered under `name`.
+    pub fn has_code(&self, name: &str) -> bool {
+        self.code.contains_key(name)
+    }
+
+    /// The layer registered under `name`.
+    pub fn layer_named(&self, name: &str) -> Option<&Arc<dyn ContextLayer>> {
+        self.layers.get(name)
+    }
+
+    /// The document registered under `name`.
+    pub fn document_named(&self, name: &str) -> Option<&WorkflowDocument> {
+        self.documents.get(name).map(|document| &**document)
+    }
+
+    pub(crate) fn code_factory(&self, name: &str) -> Option<&Arc<CodeFactory>> {
+        self.code.get(name)
+    }
+
+    pub(crate) fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    pub(crate) fn code_names(&self) -> impl Iterator<Item = &str> {
+        self.code.keys().map(String::as_str)
+    }
+
+    pub(crate) fn layer_names(&self) -> impl Iterator<Item = &str> {
+        self.layers.keys().map(String::as_str)
+    }
+
+    pub(crate) fn document_names(&self) -> impl Iterator<Item = &str> {
+        self.documents.keys().map(String::as_str)
+    }
+}
+
+impl fmt::Debug for WorkflowRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkflowRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("code", &self.code.keys().collect::<Vec<_>>())
+            .field("layers", &self.layers.keys().collect::<Vec<_>>())
+            .field("documents", &self.documents.keys().collect::<Vec<_>>())
+            .field("options", &self.options)
+            .finish()
+    }
+}

@@ -1,0 +1,14 @@
+//! Integration tests of JSON workflow documents: parsing with error pointers, hydration of every node
+//! kind, the original's multi-model judge example, validation against the original's schema, round
+//! trips, `parse_and_run_workflow`, and the `schedule` step.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+mod invalid;
+mod judge;
+mod nodes;
+mod roundtrip;
+mod schedule;
+mod schema;
+mod support;
