@@ -1,11 +1,13 @@
 //! From a response's byte stream to framework events: SSE framing, then a [`WireDecoder`].
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
+use futures_util::{Stream, StreamExt};
 use noetic_core::ResponseEvent;
 
 use crate::decode::WireDecoder;
@@ -55,14 +57,17 @@ impl<D: WireDecoder> State<D> {
 }
 
 /// Decodes `body` into events with `wire`; errors name the provider and the round.
-pub(crate) fn decode_events<D: WireDecoder>(
+///
+/// A hand-written stream rather than `stream::unfold`: `unfold` moves its whole state into a new
+/// future for every item, which showed up in profiles as per-event copying.
+pub(crate) fn decode_events<D: WireDecoder + Unpin>(
     body: BoxStream<'static, Result<Bytes, ProviderError>>,
     wire: D,
     max_event_bytes: usize,
     provider: Arc<str>,
     round: u32,
 ) -> BoxStream<'static, noetic_core::Result<ResponseEvent>> {
-    let state = State {
+    State {
         body,
         sse: SseDecoder::new(max_event_bytes),
         wire,
@@ -71,42 +76,38 @@ pub(crate) fn decode_events<D: WireDecoder>(
         finished: false,
         provider,
         round,
-    };
-    futures_util::stream::unfold(state, |mut state| async move {
+    }
+    .boxed()
+}
+
+impl<D: WireDecoder + Unpin> Stream for State<D> {
+    type Item = noetic_core::Result<ResponseEvent>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
         loop {
-            if let Some(event) = state.ready.pop_front() {
-                return Some((Ok(event), state));
+            if let Some(event) = this.ready.pop_front() {
+                return Poll::Ready(Some(Ok(event)));
             }
-            if state.finished {
-                return None;
+            if this.finished {
+                return Poll::Ready(None);
             }
-            match state.body.next().await {
-                Some(Ok(chunk)) => {
-                    if let Err(error) = state.take_chunk(&chunk) {
-                        let error = state.fail(error);
-                        return Some((Err(error), state));
+            match this.body.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(chunk))) => {
+                    if let Err(error) = this.take_chunk(&chunk) {
+                        return Poll::Ready(Some(Err(this.fail(error))));
                     }
                 }
-                Some(Err(error)) => {
-                    let error = state.fail(error);
-                    return Some((Err(error), state));
-                }
-                None => {
-                    state.finished = true;
-                    let State {
-                        wire,
-                        ready,
-                        decoded,
-                        ..
-                    } = &mut state;
-                    if let Err(error) = wire.finish(decoded) {
-                        let error = state.fail(error);
-                        return Some((Err(error), state));
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(this.fail(error)))),
+                Poll::Ready(None) => {
+                    this.finished = true;
+                    if let Err(error) = this.wire.finish(&mut this.decoded) {
+                        return Poll::Ready(Some(Err(this.fail(error))));
                     }
-                    ready.extend(decoded.drain(..));
+                    this.ready.extend(this.decoded.drain(..));
                 }
             }
         }
-    })
-    .boxed()
+    }
 }
