@@ -253,3 +253,43 @@ pub(crate) fn header(
     value.set_sensitive(sensitive);
     Ok((HeaderName::from_static(name), value))
 }
+
+/// The settings every HTTP provider shares, checked and turned into an endpoint URL and a client.
+pub(crate) struct Endpoint<'a> {
+    pub(crate) base_url: &'a str,
+    pub(crate) path: &'static str,
+    pub(crate) api_key: Option<&'a crate::secret::ApiKey>,
+    pub(crate) headers: &'a [(&'static str, String)],
+    pub(crate) retry: RetryConfig,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl Endpoint<'_> {
+    /// The full URL of the endpoint and a client sending the headers (the key as a sensitive
+    /// `Authorization: Bearer` header).
+    ///
+    /// # Errors
+    /// [`ProviderError::InvalidConfig`] for a base URL that is not HTTP(S) or an invalid header value.
+    pub(crate) fn build(&self) -> Result<(String, HttpClient), ProviderError> {
+        let base = self.base_url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ProviderError::InvalidConfig {
+                field: "base_url",
+                message: format!("`{base}` is not an http(s) URL"),
+            });
+        }
+        let mut headers = HeaderMap::new();
+        if let Some(key) = self.api_key {
+            let (name, value) = header("authorization", &format!("Bearer {}", key.expose()), true)?;
+            headers.insert(name, value);
+        }
+        for (name, value) in self.headers {
+            let (name, value) = header(name, value, false)?;
+            headers.insert(name, value);
+        }
+        Ok((
+            format!("{base}/{}", self.path),
+            HttpClient::new(headers, self.retry, self.connect_timeout)?,
+        ))
+    }
+}

@@ -6,12 +6,11 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use noetic_core::ModelProvider;
 use noetic_core::model::{ModelRequest, ModelStream};
-use reqwest::header::HeaderMap;
 use serde_json::Value;
 
 use super::wire::{ChatBodyOptions, ChatDecoder, request_body};
 use crate::error::ProviderError;
-use crate::http::{HttpClient, RetryConfig, header};
+use crate::http::{Endpoint, HttpClient, RetryConfig};
 use crate::responses::generation_id;
 use crate::secret::ApiKey;
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
@@ -117,27 +116,20 @@ impl ChatCompletionsBuilder {
     /// # Errors
     /// [`ProviderError::InvalidConfig`] for an invalid header value or a base URL that is not HTTP(S).
     pub fn build(self) -> Result<ChatCompletions, ProviderError> {
-        let base = self.base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ProviderError::InvalidConfig {
-                field: "base_url",
-                message: format!("`{base}` is not an http(s) URL"),
-            });
+        let (url, http) = Endpoint {
+            base_url: &self.base_url,
+            path: "chat/completions",
+            api_key: self.api_key.as_ref(),
+            headers: &self.headers,
+            retry: self.retry,
+            connect_timeout: self.connect_timeout,
         }
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &self.api_key {
-            let (name, value) = header("authorization", &format!("Bearer {}", key.expose()), true)?;
-            headers.insert(name, value);
-        }
-        for (name, value) in &self.headers {
-            let (name, value) = header(name, value, false)?;
-            headers.insert(name, value);
-        }
+        .build()?;
         Ok(ChatCompletions {
             inner: Arc::new(Inner {
                 name: Arc::from(self.name.as_str()),
-                url: format!("{base}/chat/completions"),
-                http: HttpClient::new(headers, self.retry, self.connect_timeout)?,
+                url,
+                http,
                 body: self.body,
                 max_event_bytes: self.max_event_bytes,
             }),

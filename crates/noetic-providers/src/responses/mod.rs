@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
-use crate::http::{HttpClient, RetryConfig, header};
+use crate::http::{Endpoint, HttpClient, RetryConfig};
 use crate::secret::ApiKey;
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 use crate::stream::decode_events;
@@ -151,27 +151,20 @@ impl OpenResponsesBuilder {
     /// [`ProviderError::InvalidConfig`] for a header value that is not valid, or a base URL that is not
     /// HTTP(S).
     pub fn build(self) -> Result<OpenResponses, ProviderError> {
-        let base = self.base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ProviderError::InvalidConfig {
-                field: "base_url",
-                message: format!("`{base}` is not an http(s) URL"),
-            });
+        let (url, http) = Endpoint {
+            base_url: &self.base_url,
+            path: "responses",
+            api_key: self.api_key.as_ref(),
+            headers: &self.headers,
+            retry: self.retry,
+            connect_timeout: self.connect_timeout,
         }
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &self.api_key {
-            let (name, value) = header("authorization", &format!("Bearer {}", key.expose()), true)?;
-            headers.insert(name, value);
-        }
-        for (name, value) in &self.headers {
-            let (name, value) = header(name, value, false)?;
-            headers.insert(name, value);
-        }
+        .build()?;
         Ok(OpenResponses {
             inner: Arc::new(Inner {
                 name: Arc::from(self.name.as_str()),
-                url: format!("{base}/responses"),
-                http: HttpClient::new(headers, self.retry, self.connect_timeout)?,
+                url,
+                http,
                 body: self.body,
                 max_event_bytes: self.max_event_bytes,
             }),
