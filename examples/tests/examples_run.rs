@@ -66,3 +66,17 @@ fn the_jsonl_example_continues_the_conversation_after_a_restart() {
     assert_eq!(again.len(), 8);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_layers_example_recalls_the_stored_fact_into_the_second_request() {
+    let (stdout, _) = run_example("layers", &[]);
+    let requests: Vec<&str> = stdout.split("request sent to the model:").skip(1).collect();
+    assert_eq!(requests.len(), 2, "{stdout}");
+    assert!(!requests[0].contains("[developer]"), "{stdout}");
+    assert!(
+        requests[1].contains(
+            "[developer] Facts the user asked you to remember:\n- my favourite colour is teal"
+        ),
+        "{stdout}"
+    );
+}

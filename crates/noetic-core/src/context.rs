@@ -5,7 +5,7 @@
 //! aborts all its descendants, never its parent or siblings. Spend is charged to a context and all of its
 //! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -18,7 +18,8 @@ use crate::channel::RootChannels;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::harness::AgentHarness;
 use crate::item::{FunctionCallItem, Item};
-use crate::layer::ContextLayer;
+use crate::layer::lifecycle::LayerRuns;
+use crate::layer::{ContextLayer, LayerCtx, LayerUsage};
 use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
@@ -122,6 +123,9 @@ pub struct StepMeta {
     pub cost: Option<f64>,
     /// The items the step appended (model outputs and tool outputs), in order.
     pub response_items: Vec<Item>,
+    /// What each layer contributed to the step's request (slot order; layers that recalled nothing
+    /// are absent).
+    pub last_layer_usage: Vec<LayerUsage>,
 }
 
 /// An execution context. See the module docs.
@@ -147,6 +151,11 @@ struct ContextInner {
     sink: Option<Arc<dyn EventSink>>,
     /// Swappable so `with_context` can change the layers of the same context for a while.
     layers: Mutex<Arc<[Arc<dyn ContextLayer>]>>,
+    /// Whether `layers` is non-empty, so `append_item` skips the layer lock when there are none.
+    has_layers: AtomicBool,
+    /// The layer lifecycle bookkeeping of the execution this context is the root of (see
+    /// `layer::lifecycle`; unused on children).
+    layer_runs: LayerRuns,
     steers: Option<Arc<SteerInbox>>,
     started: Instant,
     /// The channels of the execution this context is the root of (unused on children, which share their
@@ -213,7 +222,9 @@ impl Context {
                 cancel,
                 abort_reason: OnceLock::new(),
                 sink,
+                has_layers: AtomicBool::new(!layers.is_empty()),
                 layers: Mutex::new(layers),
+                layer_runs: LayerRuns::default(),
                 steers,
                 started: Instant::now(),
                 channels: RootChannels::default(),
@@ -224,6 +235,7 @@ impl Context {
     /// A child for spawn or a parallel path: fresh id, depth + 1, a copy of the state, the given items.
     pub(crate) fn child(&self, spec: ChildSpec) -> Context {
         let inner = &self.inner;
+        let layers = spec.layers.unwrap_or_else(|| self.layers());
         Context {
             inner: Arc::new(ContextInner {
                 id: uuid::Uuid::new_v4().to_string(),
@@ -240,7 +252,9 @@ impl Context {
                 cancel: inner.cancel.child_token(),
                 abort_reason: OnceLock::new(),
                 sink: inner.sink.clone(),
-                layers: Mutex::new(spec.layers.unwrap_or_else(|| self.layers())),
+                has_layers: AtomicBool::new(!layers.is_empty()),
+                layers: Mutex::new(layers),
+                layer_runs: LayerRuns::default(),
                 steers: if spec.forward_steers {
                     inner.steers.clone()
                 } else {
@@ -264,11 +278,21 @@ impl Context {
 
     /// The channels of this context's root execution (the root's own for a root).
     pub(crate) fn root_channels(&self) -> &RootChannels {
+        &self.root().inner.channels
+    }
+
+    /// The root of this context's tree (itself for a root).
+    pub fn root(&self) -> &Context {
         let mut root = self;
         while let Some(parent) = root.parent() {
             root = parent;
         }
-        &root.inner.channels
+        root
+    }
+
+    /// The layer lifecycle bookkeeping (meaningful on a root).
+    pub(crate) fn layer_runs(&self) -> &LayerRuns {
+        &self.inner.layer_runs
     }
 
     /// Nesting depth: 0 for a root.
@@ -365,12 +389,21 @@ impl Context {
         lock(&self.inner.items).len()
     }
 
-    /// Appends an item to the log and emits `item_appended`.
+    /// Appends an item to the log, emits `item_appended` and calls the layers' `on_item_append`.
     pub fn append_item(&self, item: Item) {
         if self.inner.sink.is_some() {
             self.emit(FrameworkEvent::ItemAppended { item: item.clone() });
         }
-        lock(&self.inner.items).push(item);
+        if !self.inner.has_layers.load(Ordering::Relaxed) {
+            lock(&self.inner.items).push(item);
+            return;
+        }
+        lock(&self.inner.items).push(item.clone());
+        // Called with no lock held: a hook may read the context.
+        let layers = self.layers();
+        for layer in layers.iter() {
+            layer.on_item_append(LayerCtx::new(self, layer.id()), &item);
+        }
     }
 
     /// What the last `call_model` step produced.
@@ -450,6 +483,9 @@ impl Context {
         &self,
         layers: Arc<[Arc<dyn ContextLayer>]>,
     ) -> Arc<[Arc<dyn ContextLayer>]> {
+        self.inner
+            .has_layers
+            .store(!layers.is_empty(), Ordering::Relaxed);
         std::mem::replace(&mut *lock(&self.inner.layers), layers)
     }
 

@@ -10,6 +10,7 @@ use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
+use crate::adapter::{InMemoryStorage, StorageAdapter};
 use crate::connection::Connection;
 use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
@@ -45,6 +46,8 @@ struct HarnessInner {
     workflow_registry: WorkflowRegistry,
     /// What `run()` checks the steps' declared needs against.
     connections: Vec<Arc<dyn Connection>>,
+    /// Where layer state (and later checkpoints) persist.
+    storage: Arc<dyn StorageAdapter>,
     sessions: Sessions,
     /// The session runner tasks; tracked so none is detached from the harness.
     tasks: TaskTracker,
@@ -147,6 +150,7 @@ pub struct AgentHarnessBuilder {
     on_steer: Option<Arc<OnSteer>>,
     workflow_registry: WorkflowRegistry,
     connections: Vec<Arc<dyn Connection>>,
+    storage: Option<Arc<dyn StorageAdapter>>,
 }
 
 impl AgentHarness {
@@ -177,6 +181,7 @@ impl AgentHarness {
             on_steer: None,
             workflow_registry: WorkflowRegistry::default(),
             connections: Vec::new(),
+            storage: None,
         }
     }
 
@@ -209,6 +214,10 @@ impl AgentHarness {
 
     /// Runs a step tree on `ctx` and returns its output.
     ///
+    /// The outermost run on a context tree initializes the context's layers first and, when it ends
+    /// however it ends, calls their `on_complete` and `dispose` (see [`crate::layer`]); nested runs on the
+    /// same tree do neither.
+    ///
     /// # Errors
     /// The step's error; [`Error::InvalidStep`] or [`Error::MissingModel`] before anything runs when the
     /// tree is malformed; [`Error::ConnectionUnsatisfied`] before anything runs when a step needs an
@@ -216,7 +225,8 @@ impl AgentHarness {
     ///
     /// # Cancel safety
     /// Dropping the future stops the tree at its current await point; spend already charged stays on the
-    /// context. Abort the context instead to let steps observe `CANCELLED`.
+    /// context, and the layers' `on_complete` / `dispose` do not run. Abort the context instead to let
+    /// steps observe `CANCELLED` and layers complete with `Outcome::Aborted`.
     pub async fn run<I: Serialize, O: DeserializeOwned>(
         &self,
         step: &Step<I, O>,
@@ -229,8 +239,20 @@ impl AgentHarness {
         // The outermost run() on a root bounds its execution for channel handles: when it ends, however
         // it ends, external handles close; nested runs on the root and runs on children close nothing.
         let _channels = crate::channel::RunGuard::enter(ctx);
-        let output = execute(&step.node, input, false, ctx).await?;
-        decode(step.id(), "output", output)
+        // The outermost run on a tree also bounds its layers' lifecycle: `init` once per context
+        // before anything runs, `on_complete` + `dispose` when it ends.
+        let execution = crate::layer::lifecycle::Execution::enter(ctx);
+        let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
+            Ok(()) => execute(&step.node, input, false, ctx).await,
+            Err(error) => Err(error),
+        };
+        execution.finish(ctx, &result).await;
+        decode(step.id(), "output", result?)
+    }
+
+    /// The storage adapter (an [`InMemoryStorage`] unless the builder was given one).
+    pub fn storage(&self) -> &Arc<dyn StorageAdapter> {
+        &self.inner.storage
     }
 
     /// The connection registered under `name`.
@@ -448,6 +470,13 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// The storage adapter for layer state (default: a fresh [`InMemoryStorage`]). Share one
+    /// `Arc<InMemoryStorage>` between harnesses to share their state.
+    pub fn storage(mut self, storage: impl StorageAdapter) -> Self {
+        self.storage = Some(Arc::new(storage));
+        self
+    }
+
     /// Builds the harness.
     ///
     /// # Errors
@@ -470,6 +499,9 @@ impl AgentHarnessBuilder {
                 on_steer: self.on_steer,
                 workflow_registry: self.workflow_registry,
                 connections: self.connections,
+                storage: self
+                    .storage
+                    .unwrap_or_else(|| Arc::new(InMemoryStorage::new())),
                 sessions: Sessions::default(),
                 tasks: TaskTracker::new(),
             }),

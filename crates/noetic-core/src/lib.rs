@@ -23,6 +23,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod adapter;
 pub mod channel;
 mod connection;
 mod context;
@@ -39,6 +40,7 @@ pub mod until;
 mod usage;
 pub mod workflow;
 
+pub use adapter::{InMemoryStorage, StorageAdapter, StorageOp};
 pub use channel::{Channel, ChannelHandle, ChannelMode, ChannelStream};
 pub use connection::{Connection, ConnectionSpec};
 pub use context::{Context, ContextOptions, MAX_DEPTH, StepMeta};
@@ -48,7 +50,9 @@ pub use harness::{
     AgentHarness, AgentHarnessBuilder, AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT,
 };
 pub use item::{ContentPart, Item, Role};
-pub use layer::{ContextLayer, LayerDecision};
+pub use layer::{
+    Band, ContextLayer, LayerCtx, LayerDecision, LayerScope, LayerUsage, Outcome, RecallLayerOutput,
+};
 pub use model::{ModelProvider, ModelRequest, ModelStream, ResponseEvent};
 pub use session::{
     AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
@@ -68,6 +72,7 @@ pub use workflow::{WorkflowDocument, WorkflowRegistry};
 
 /// The traits users implement or call, for a glob import.
 pub mod prelude {
+    pub use crate::adapter::StorageAdapter;
     pub use crate::event::EventSink;
     pub use crate::layer::ContextLayer;
     pub use crate::model::ModelProvider;

@@ -14,6 +14,7 @@ use super::{DEFAULT_THREAD, DeliveryMode};
 use crate::event::StreamEvent;
 use crate::harness::AgentHarness;
 use crate::item::Item;
+use crate::layer::LayerUsage;
 use crate::model::{ReasoningKind, ResponseEvent};
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
@@ -168,6 +169,8 @@ pub struct HarnessResponse {
     pub text: String,
     /// The agent graph's output.
     pub output: Value,
+    /// What each context layer contributed to the turn's last model request (slot order).
+    pub last_layer_usage: Vec<LayerUsage>,
 }
 
 impl AgentHarness {

@@ -294,7 +294,13 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
     let result = match crate::connection::check(harness, graph) {
         Ok(()) => {
             let _channels = crate::channel::RunGuard::enter(&ctx);
-            execute(graph, Value::String(String::new()), false, &ctx).await
+            let execution = crate::layer::lifecycle::Execution::enter(&ctx);
+            let result = match crate::layer::lifecycle::init(&ctx, &ctx.layers()).await {
+                Ok(()) => execute(graph, Value::String(String::new()), false, &ctx).await,
+                Err(error) => Err(error),
+            };
+            execution.finish(&ctx, &result).await;
+            result
         }
         Err(error) => Err(error),
     };
@@ -331,6 +337,10 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
                         other => other.to_string(),
                     },
                     output,
+                    last_layer_usage: ctx
+                        .last_step_meta()
+                        .map(|meta| meta.last_layer_usage)
+                        .unwrap_or_default(),
                 };
                 state.history = history;
                 state.last = Some(Ok(response));

@@ -111,7 +111,24 @@ pub(crate) async fn execute(
         layers: spec.layers.clone(),
         forward_steers: spec.steers == SteerMode::Forward,
     });
-    let run = execute_step(&spec.child, input, false, &child);
+    // Layers given to the spawn are initialized for the child (and completed with the execution);
+    // inherited ones were initialized on the parent already.
+    if let Some(layers) = &spec.layers {
+        crate::layer::lifecycle::init(&child, layers).await?;
+    }
+    crate::layer::lifecycle::spawned(ctx, &child).await?;
+    let output = run_child(step_id, spec, input, &child).await?;
+    crate::layer::lifecycle::returned(ctx, &child).await?;
+    Ok(output)
+}
+
+async fn run_child(
+    step_id: &str,
+    spec: &SpawnSpec,
+    input: Value,
+    child: &Context,
+) -> Result<Value> {
+    let run = execute_step(&spec.child, input, false, child);
     match spec.timeout {
         None => run.await,
         Some(after) => match tokio::time::timeout(after, run).await {

@@ -35,6 +35,8 @@ pub(crate) struct CallModelSpec {
     pub(crate) output: Option<OutputSpec>,
     pub(crate) tool_concurrency: usize,
     pub(crate) idle_timeout: Option<Duration>,
+    /// The token budget of the request's conversation (layers' recall plus history), when capped.
+    pub(crate) token_budget: Option<usize>,
     pub(crate) emit: EmitPolicy,
     /// Connection operations the step's tools use, checked by `run()` before the tree starts.
     pub(crate) needs: Vec<Need>,
@@ -117,6 +119,7 @@ pub fn call_model(id: impl Into<String>) -> CallModelBuilder<String> {
             output: None,
             tool_concurrency: 1,
             idle_timeout: None,
+            token_budget: None,
             emit: EmitPolicy::All,
             needs: Vec::new(),
         },
@@ -183,6 +186,15 @@ impl<O> CallModelBuilder<O> {
     /// them). Results are recorded in call order either way.
     pub fn tool_concurrency(mut self, concurrency: usize) -> Self {
         self.spec.tool_concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Caps the tokens (estimated as JSON characters / 4) of what the step sends besides its
+    /// instructions: each context layer first gets its `min_tokens`, the rest is shared between the
+    /// layers' recall and the history, which keeps its newest items and never separates a function call
+    /// from its output. See [`crate::layer::allocate_budget`]. Default: no cap.
+    pub fn token_budget(mut self, tokens: usize) -> Self {
+        self.spec.token_budget = Some(tokens);
         self
     }
 

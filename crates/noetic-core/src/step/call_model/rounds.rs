@@ -18,6 +18,10 @@ use super::{CallModelSpec, EmitPolicy};
 use crate::context::{Context, StepMeta};
 use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item, Role};
+use crate::layer::{
+    Band, ContextLayer, LayerCtx, LayerDecision, LayerUsage, RecallLayerOutput, allocate_budget,
+    by_slot, estimate_tokens, fit_history, fit_items, gate_response,
+};
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
 use crate::session::{Applied, SteerPoint};
 use crate::usage::Spend;
@@ -29,6 +33,9 @@ pub const MAX_TOOL_ROUNDS: u32 = 32;
 pub const MAX_RECOVERIES: u32 = 3;
 /// The text of the ephemeral recovery message.
 const CONTINUE: &str = "continue";
+/// How many times per step the layers' `after_model_call` may guide the model before its answer is
+/// accepted anyway.
+const MAX_GUIDES: u32 = 3;
 
 pub(crate) async fn execute(
     step_id: &str,
@@ -46,6 +53,8 @@ pub(crate) async fn execute(
     let (provider_name, provider) =
         harness.resolve_provider(spec.provider.as_deref(), &spec.model)?;
 
+    // Where the step's new items start, for the layers' `store` (its input message included).
+    let step_start = ctx.item_count();
     // A loop feeding a step's own answer back must not turn it into a user message.
     if !fed_back
         && let Value::String(text) = &input
@@ -55,6 +64,14 @@ pub(crate) async fn execute(
     }
     let first_new_item = ctx.item_count();
     let (instructions, mut conversation) = assemble(spec.instructions.as_deref(), ctx.items());
+    let layers = by_slot(&ctx.layers());
+    let mut layer_usage: Vec<LayerUsage> = Vec::new();
+    if !layers.is_empty() || spec.token_budget.is_some() {
+        let query = query_text(&input, &conversation);
+        let recalled = recall(ctx, &layers, &query).await;
+        (conversation, layer_usage) = place_recall(conversation, recalled, spec.token_budget);
+    }
+    let mut guides = 0u32;
     let tools = ToolSet::new(&spec.tools, harness.tools());
     let emit = &spec.emit;
     let env = RoundEnv {
@@ -194,6 +211,20 @@ pub(crate) async fn execute(
             );
         }
 
+        if !layers.is_empty() {
+            match gate_response(ctx, &layers, &response.items).await {
+                LayerDecision::Deny { guidance } => return Err(Error::SteeringDenied { guidance }),
+                LayerDecision::Guide { guidance } if guides < MAX_GUIDES => {
+                    // The response is discarded; the guidance joins the request (not the log).
+                    guides += 1;
+                    conversation.push(Item::developer_text(guidance));
+                    round += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+
         let calls: Vec<FunctionCallItem> = response.function_calls().cloned().collect();
         if calls.is_empty() {
             for item in &response.items {
@@ -205,7 +236,7 @@ pub(crate) async fn execute(
             // A recovery round that still calls tools: its calls do not run and it is not stored.
             limit_attempts += 1;
             if limit_attempts > MAX_RECOVERIES {
-                finish_meta(ctx, first_new_item, tool_calls, true, spend);
+                finish_meta(ctx, first_new_item, tool_calls, true, spend, layer_usage);
                 return Err(Error::ToolRoundLimit {
                     step_id: step_id.to_owned(),
                     max_rounds: MAX_TOOL_ROUNDS,
@@ -261,7 +292,10 @@ pub(crate) async fn execute(
     };
 
     let text = response.text().unwrap_or_default();
-    finish_meta(ctx, first_new_item, tool_calls, false, spend);
+    finish_meta(ctx, first_new_item, tool_calls, false, spend, layer_usage);
+    if !layers.is_empty() {
+        store(ctx, &layers, step_start).await;
+    }
     ctx.check_aborted()?;
     match &spec.output {
         None => Ok(Value::String(text)),
@@ -356,6 +390,7 @@ fn finish_meta(
     tool_calls: Vec<FunctionCallItem>,
     ended_with_tool_calls: bool,
     spend: Spend,
+    last_layer_usage: Vec<LayerUsage>,
 ) {
     let mut response_items = ctx.items();
     response_items.drain(..first_new_item.min(response_items.len()));
@@ -365,5 +400,106 @@ fn finish_meta(
         usage: spend.usage,
         cost: spend.cost,
         response_items,
+        last_layer_usage,
     });
+}
+
+/// The recall query: the step's input text, else the newest user message's text.
+fn query_text(input: &Value, conversation: &[Item]) -> String {
+    match input {
+        Value::String(text) if !text.is_empty() => text.clone(),
+        _ => conversation
+            .iter()
+            .rev()
+            .find(|item| item.role() == Some(Role::User))
+            .and_then(Item::text)
+            .unwrap_or_default(),
+    }
+}
+
+/// What one layer recalled, with what the budget needs to know.
+struct Recalled {
+    band: Band,
+    min_tokens: usize,
+    output: RecallLayerOutput,
+}
+
+/// Calls `recall` on each layer in slot order; a failing layer is logged and skipped.
+async fn recall(
+    ctx: &Context,
+    layers: &[std::sync::Arc<dyn ContextLayer>],
+    query: &str,
+) -> Vec<Recalled> {
+    let mut recalled = Vec::new();
+    for layer in layers {
+        match layer.recall(LayerCtx::new(ctx, layer.id()), query).await {
+            Ok(Some(output)) => recalled.push(Recalled {
+                band: layer.band(),
+                min_tokens: layer.min_tokens(),
+                output,
+            }),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(layer = layer.id(), %error, "layer recall failed"),
+        }
+    }
+    recalled
+}
+
+/// Places recalled items before or after the history (cutting both to the budget, when one is
+/// set) and reports what each layer contributed.
+fn place_recall(
+    history: Vec<Item>,
+    mut recalled: Vec<Recalled>,
+    budget: Option<usize>,
+) -> (Vec<Item>, Vec<LayerUsage>) {
+    let history = match budget {
+        None => history,
+        Some(total) => {
+            let wants: Vec<(usize, usize)> = recalled
+                .iter()
+                .map(|entry| (entry.min_tokens, entry.output.token_count))
+                .collect();
+            let history_wanted = history.iter().map(estimate_tokens).sum();
+            let plan = allocate_budget(total, &wants, history_wanted);
+            for (entry, tokens) in recalled.iter_mut().zip(plan.layer_tokens) {
+                if entry.output.token_count > tokens {
+                    entry.output.items = fit_items(&entry.output.items, tokens);
+                    entry.output.token_count = entry.output.items.iter().map(estimate_tokens).sum();
+                }
+            }
+            fit_history(&history, plan.history_tokens)
+        }
+    };
+    let usage = recalled
+        .iter()
+        .map(|entry| LayerUsage {
+            layer_id: entry.output.layer_id.clone(),
+            token_count: entry.output.token_count,
+        })
+        .collect();
+    let mut conversation = Vec::with_capacity(history.len() + recalled.len());
+    let mut after = Vec::new();
+    for entry in recalled {
+        match entry.band {
+            Band::AfterHistory => after.extend(entry.output.items),
+            _ => conversation.extend(entry.output.items),
+        }
+    }
+    conversation.extend(history);
+    conversation.extend(after);
+    (conversation, usage)
+}
+
+/// Calls `store` on each layer in slot order with the items the step appended; failures are logged.
+async fn store(ctx: &Context, layers: &[std::sync::Arc<dyn ContextLayer>], step_start: usize) {
+    let mut new_items = ctx.items();
+    new_items.drain(..step_start.min(new_items.len()));
+    for layer in layers {
+        if let Err(error) = layer
+            .store(LayerCtx::new(ctx, layer.id()), &new_items)
+            .await
+        {
+            tracing::warn!(layer = layer.id(), %error, "layer store failed");
+        }
+    }
 }

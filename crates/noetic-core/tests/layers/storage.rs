@@ -1,0 +1,45 @@
+//! The storage adapter: the conformance suite on the in-memory default and through forwarding impls.
+
+use std::sync::Arc;
+
+use noetic_core::{AgentHarness, InMemoryStorage, StorageAdapter};
+use noetic_test_support::storage_conformance;
+
+#[tokio::test]
+async fn in_memory_storage_passes_the_conformance_suite() {
+    storage_conformance(&InMemoryStorage::new()).await;
+}
+
+#[tokio::test]
+async fn arc_and_box_forward_to_the_adapter() {
+    let shared = Arc::new(InMemoryStorage::new());
+    storage_conformance(&shared.clone()).await;
+    assert!(!shared.is_empty(), "the suite wrote through the Arc");
+    let boxed: Box<dyn StorageAdapter> = Box::new(InMemoryStorage::new());
+    storage_conformance(&boxed).await;
+}
+
+#[tokio::test]
+async fn the_harness_defaults_to_in_memory_storage_and_takes_a_shared_one() {
+    let harness = AgentHarness::builder("storage").build().unwrap();
+    harness.storage().set("k", b"v".to_vec()).await.unwrap();
+    assert_eq!(
+        harness.storage().get("k").await.unwrap(),
+        Some(b"v".to_vec())
+    );
+
+    let shared = Arc::new(InMemoryStorage::new());
+    let first = AgentHarness::builder("a")
+        .storage(shared.clone())
+        .build()
+        .unwrap();
+    let second = AgentHarness::builder("b")
+        .storage(shared.clone())
+        .build()
+        .unwrap();
+    first.storage().set("shared", b"1".to_vec()).await.unwrap();
+    assert_eq!(
+        second.storage().get("shared").await.unwrap(),
+        Some(b"1".to_vec())
+    );
+}

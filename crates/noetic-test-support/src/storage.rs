@@ -1,0 +1,97 @@
+//! The conformance suite every [`StorageAdapter`] runs.
+
+use noetic_core::adapter::{StorageAdapter, StorageOp};
+
+/// Asserts the [`StorageAdapter`] contract on `store`, which must start empty: get/set/delete, `list`
+/// by prefix in sorted order, `get_many` in key order with gaps, and `batch` applying all its ops
+/// together.
+///
+/// # Panics
+/// When the adapter breaks the contract or fails.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: a dropped run leaves test keys behind.
+#[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the adapter's error
+pub async fn storage_conformance(store: &dyn StorageAdapter) {
+    // get / set / delete
+    assert_eq!(store.get("conf/a").await.unwrap(), None);
+    store.set("conf/a", b"one".to_vec()).await.unwrap();
+    assert_eq!(store.get("conf/a").await.unwrap(), Some(b"one".to_vec()));
+    store.set("conf/a", b"two".to_vec()).await.unwrap();
+    assert_eq!(store.get("conf/a").await.unwrap(), Some(b"two".to_vec()));
+    store.delete("conf/a").await.unwrap();
+    assert_eq!(store.get("conf/a").await.unwrap(), None);
+    store
+        .delete("conf/never-set")
+        .await
+        .expect("deleting a missing key is not an error");
+
+    // list: prefix only, sorted
+    for key in [
+        "conf/list/b",
+        "conf/list/a",
+        "conf/list/c/d",
+        "conf/lisz",
+        "conf/lis",
+    ] {
+        store.set(key, key.as_bytes().to_vec()).await.unwrap();
+    }
+    assert_eq!(
+        store.list("conf/list/").await.unwrap(),
+        vec!["conf/list/a", "conf/list/b", "conf/list/c/d"]
+    );
+    assert_eq!(
+        store.list("conf/lis").await.unwrap(),
+        vec![
+            "conf/lis",
+            "conf/list/a",
+            "conf/list/b",
+            "conf/list/c/d",
+            "conf/lisz"
+        ]
+    );
+    assert!(store.list("conf/nothing/").await.unwrap().is_empty());
+
+    // get_many: in order, missing keys absent
+    let keys = vec![
+        "conf/list/b".to_owned(),
+        "conf/missing".to_owned(),
+        "conf/list/a".to_owned(),
+    ];
+    assert_eq!(
+        store.get_many(&keys).await.unwrap(),
+        vec![
+            Some(b"conf/list/b".to_vec()),
+            None,
+            Some(b"conf/list/a".to_vec())
+        ]
+    );
+
+    // batch: every op applied, in order, together
+    store
+        .batch(vec![
+            StorageOp::set("conf/batch/x", b"1".to_vec()),
+            StorageOp::set("conf/batch/y", b"2".to_vec()),
+            StorageOp::delete("conf/list/a"),
+            StorageOp::set("conf/batch/x", b"3".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("conf/batch/x").await.unwrap(),
+        Some(b"3".to_vec())
+    );
+    assert_eq!(
+        store.get("conf/batch/y").await.unwrap(),
+        Some(b"2".to_vec())
+    );
+    assert_eq!(store.get("conf/list/a").await.unwrap(), None);
+    assert_eq!(
+        store.list("conf/batch/").await.unwrap(),
+        vec!["conf/batch/x", "conf/batch/y"]
+    );
+    store
+        .batch(Vec::new())
+        .await
+        .expect("an empty batch is fine");
+}
