@@ -33,6 +33,10 @@ impl<L: ContextLayer + ?Sized> ContextLayer for Arc<L> {
         (**self).min_tokens()
     }
 
+    fn project_history(&self, items: &[Item]) -> Option<Vec<Item>> {
+        (**self).project_history(items)
+    }
+
     fn init<'a>(&'a self, ctx: LayerCtx<'a>) -> BoxFuture<'a, Result<()>> {
         (**self).init(ctx)
     }
@@ -107,6 +111,10 @@ impl<L: ContextLayer> ContextLayer for Option<L> {
 
     fn min_tokens(&self) -> usize {
         self.as_ref().map_or(0, ContextLayer::min_tokens)
+    }
+
+    fn project_history(&self, items: &[Item]) -> Option<Vec<Item>> {
+        self.as_ref().and_then(|layer| layer.project_history(items))
     }
 
     fn init<'a>(&'a self, ctx: LayerCtx<'a>) -> BoxFuture<'a, Result<()>> {
@@ -199,7 +207,8 @@ impl<L: ContextLayer> ContextLayer for Option<L> {
 /// A stack: every hook forwards to each member in order (`dispose` in reverse), each member with its
 /// own id (so its own state namespace). The stack's id, slot and band are its first member's (`id`
 /// returns a borrowed `&str`, so it cannot be a joined name); `min_tokens` is the members' sum; `recall`
-/// concatenates the members' outputs; gates combine as across layers (first deny wins, guides joined).
+/// concatenates the members' outputs; `project_history` chains the members in order; gates combine as
+/// across layers (first deny wins, guides joined).
 impl<L: ContextLayer> ContextLayer for Vec<L> {
     fn id(&self) -> &str {
         self.first().map_or(NO_LAYER, ContextLayer::id)
@@ -215,6 +224,17 @@ impl<L: ContextLayer> ContextLayer for Vec<L> {
 
     fn min_tokens(&self) -> usize {
         self.iter().map(ContextLayer::min_tokens).sum()
+    }
+
+    fn project_history(&self, items: &[Item]) -> Option<Vec<Item>> {
+        let mut projected: Option<Vec<Item>> = None;
+        for layer in self {
+            let current = projected.as_deref().unwrap_or(items);
+            if let Some(next) = layer.project_history(current) {
+                projected = Some(next);
+            }
+        }
+        projected
     }
 
     fn init<'a>(&'a self, ctx: LayerCtx<'a>) -> BoxFuture<'a, Result<()>> {

@@ -19,6 +19,7 @@
 //! and [`LayerCtx::state_set`], keyed by [`LayerScope`].
 
 mod budget;
+pub mod builtin;
 mod combinators;
 pub(crate) mod lifecycle;
 mod state;
@@ -168,6 +169,14 @@ pub trait ContextLayer: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Shapes the conversation history a `call_model` step sends (the item log minus its system
+    /// items, the step's input message included), before recall and any token budget. Called once per
+    /// step, in slot order, each layer getting the previous one's result. `None` (the default) keeps
+    /// the history as it is. The item log itself is never changed.
+    fn project_history(&self, _items: &[Item]) -> Option<Vec<Item>> {
+        None
+    }
+
     /// Called once per `call_model` step with the step's input text; what it returns is placed in the
     /// request (not the item log).
     ///
@@ -275,6 +284,13 @@ pub(crate) fn by_slot(layers: &[Arc<dyn ContextLayer>]) -> Vec<Arc<dyn ContextLa
     let mut sorted = layers.to_vec();
     sorted.sort_by_key(|layer| layer.slot());
     sorted
+}
+
+/// Runs `project_history` over the layers (in the order given), each on the previous one's result.
+pub(crate) fn project_history(layers: &[Arc<dyn ContextLayer>], history: Vec<Item>) -> Vec<Item> {
+    layers.iter().fold(history, |items, layer| {
+        layer.project_history(&items).unwrap_or(items)
+    })
 }
 
 /// Runs `before_tool_call` over the layers: the first `Deny` short-circuits, `Guide`s are joined.

@@ -11,11 +11,13 @@ use serde_json::Value;
 use super::runner::Message;
 use super::streams::{ItemSnapshot, item_snapshots};
 use super::{DEFAULT_THREAD, DeliveryMode};
+use crate::context::ContextOptions;
 use crate::event::StreamEvent;
 use crate::harness::AgentHarness;
 use crate::item::Item;
-use crate::layer::LayerUsage;
+use crate::layer::{LayerUsage, by_slot};
 use crate::model::{ReasoningKind, ResponseEvent};
+use crate::step::call_model::assemble_request;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
 
@@ -243,6 +245,28 @@ impl AgentHarness {
             .get(scope.thread_id())
             .map(|session| session.history())
             .unwrap_or_default()
+    }
+
+    /// What the model would see as the input of the thread's next request: the thread's history
+    /// (without its system items, which become instructions) shaped by the harness's layers'
+    /// `project_history`, with their `recall` placed around it — the same assembly a `call_model`
+    /// step does, on a fresh context of the thread.
+    ///
+    /// A preview, not a turn: layers are not `init`ed and nothing is stored; queued messages, the
+    /// step's own instructions and any `token_budget` are not applied; the recall query is the
+    /// newest user message's text. A layer failing to recall is skipped, as in a request.
+    ///
+    /// # Cancel safety
+    /// Cancel safe as far as the harness goes (it writes nothing); a layer's `recall` may be cut short.
+    pub async fn preview_request_items(&self, scope: Scope) -> Vec<Item> {
+        let options = ContextOptions::new()
+            .thread_id(scope.thread_id())
+            .items(self.session_history(scope));
+        let ctx = self.create_context(options);
+        let layers = by_slot(&ctx.layers());
+        let (_, conversation, _) =
+            assemble_request(&ctx, &layers, None, &Value::String(String::new()), None).await;
+        conversation
     }
 
     /// Aborts the thread's running turn and waits until it has ended (`CANCELLED`, with `reason`).

@@ -14,7 +14,7 @@
 //! raises `CANCELLED` if the context is aborted, counts the step, calls `hooks.before_step`, emits
 //! `step_started`, dispatches, emits `step_completed` and calls `hooks.after_step` with the result.
 
-mod call_model;
+pub(crate) mod call_model;
 mod conditional;
 mod interpreter;
 mod invoke_tool;

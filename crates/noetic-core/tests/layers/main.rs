@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod budget;
+mod builtin;
 mod gates;
 mod lifecycle;
 mod recall;

@@ -8,8 +8,8 @@ mod rounds;
 mod stream;
 mod tools;
 
-pub(crate) use rounds::execute;
 pub use rounds::{MAX_RECOVERIES, MAX_TOOL_ROUNDS};
+pub(crate) use rounds::{assemble_request, execute};
 
 use std::marker::PhantomData;
 use std::sync::Arc;

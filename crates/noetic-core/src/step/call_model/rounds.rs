@@ -20,7 +20,7 @@ use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item, Role};
 use crate::layer::{
     Band, ContextLayer, LayerCtx, LayerDecision, LayerUsage, RecallLayerOutput, allocate_budget,
-    by_slot, estimate_tokens, fit_history, fit_items, gate_response,
+    by_slot, estimate_tokens, fit_history, fit_items, gate_response, project_history,
 };
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
 use crate::session::{Applied, SteerPoint};
@@ -63,14 +63,15 @@ pub(crate) async fn execute(
         ctx.append_item(Item::user_text(text.as_str()));
     }
     let first_new_item = ctx.item_count();
-    let (instructions, mut conversation) = assemble(spec.instructions.as_deref(), ctx.items());
     let layers = by_slot(&ctx.layers());
-    let mut layer_usage: Vec<LayerUsage> = Vec::new();
-    if !layers.is_empty() || spec.token_budget.is_some() {
-        let query = query_text(&input, &conversation);
-        let recalled = recall(ctx, &layers, &query).await;
-        (conversation, layer_usage) = place_recall(conversation, recalled, spec.token_budget);
-    }
+    let (instructions, mut conversation, layer_usage) = assemble_request(
+        ctx,
+        &layers,
+        spec.instructions.as_deref(),
+        &input,
+        spec.token_budget,
+    )
+    .await;
     let mut guides = 0u32;
     let tools = ToolSet::new(&spec.tools, harness.tools());
     let emit = &spec.emit;
@@ -305,6 +306,29 @@ pub(crate) async fn execute(
             message,
         }),
     }
+}
+
+/// The first request's instructions and conversation, built from the context's item log: system
+/// items become instructions, the layers (`layers`, in slot order) project the history and recall
+/// around it, within `token_budget` when one is set. Also what each layer contributed.
+pub(crate) async fn assemble_request(
+    ctx: &Context,
+    layers: &[std::sync::Arc<dyn ContextLayer>],
+    step_instructions: Option<&str>,
+    input: &Value,
+    token_budget: Option<usize>,
+) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
+    let (instructions, mut conversation) = assemble(step_instructions, ctx.items());
+    if !layers.is_empty() {
+        conversation = project_history(layers, conversation);
+    }
+    let mut layer_usage: Vec<LayerUsage> = Vec::new();
+    if !layers.is_empty() || token_budget.is_some() {
+        let query = query_text(input, &conversation);
+        let recalled = recall(ctx, layers, &query).await;
+        (conversation, layer_usage) = place_recall(conversation, recalled, token_budget);
+    }
+    (instructions, conversation, layer_usage)
 }
 
 /// Appends applied steers (role and content parts as sent) to the log and the conversation, and emits
