@@ -206,7 +206,7 @@ impl Context {
         };
         Context {
             inner: Arc::new(ContextInner {
-                id: uuid::Uuid::new_v4().to_string(),
+                id: crate::id::new_id(),
                 thread_id: thread_id
                     .or_else(|| parent.as_ref().and_then(|p| p.inner.thread_id.clone())),
                 resource_id: resource_id
@@ -238,7 +238,7 @@ impl Context {
         let layers = spec.layers.unwrap_or_else(|| self.layers());
         Context {
             inner: Arc::new(ContextInner {
-                id: uuid::Uuid::new_v4().to_string(),
+                id: crate::id::new_id(),
                 parent: Some(self.clone()),
                 depth: inner.depth + 1,
                 harness: inner.harness.clone(),

@@ -30,6 +30,7 @@ mod context;
 mod error;
 mod event;
 mod harness;
+mod id;
 pub mod item;
 pub mod layer;
 pub mod model;

@@ -78,7 +78,7 @@ pub struct ExecuteOptions {
     pub resource_id: Option<String>,
     /// How the message meets a running turn (default: the harness's, else `next-turn`).
     pub delivery_mode: Option<DeliveryMode>,
-    /// The message's id (default `msg-<uuid>`), as it appears in `turn_started` and steer events.
+    /// The message's id (default `msg-<unique id>`), as it appears in `turn_started` and steer events.
     pub message_id: Option<String>,
 }
 
@@ -191,7 +191,7 @@ impl AgentHarness {
         let message = Message {
             id: options
                 .message_id
-                .unwrap_or_else(|| format!("msg-{}", uuid::Uuid::new_v4())),
+                .unwrap_or_else(|| format!("msg-{}", crate::id::new_id())),
             items: input.into().into_items(),
             mode: options
                 .delivery_mode

@@ -247,7 +247,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
             session.bump();
             return false;
         }
-        let turn_id = uuid::Uuid::new_v4().to_string();
+        let turn_id = crate::id::new_id();
         let started = tokio::time::Instant::now();
         let inbox = Arc::new(SteerInbox::new(harness.on_steer_hook(), Vec::new()));
         let batch: Vec<Message> = state.queue.drain(..).collect();
