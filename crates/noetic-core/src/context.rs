@@ -384,6 +384,13 @@ impl Context {
         lock(&self.inner.items).clone()
     }
 
+    /// A copy of the items from position `start` on (empty when `start` is past the end): what a step
+    /// appended, without copying the history before it.
+    pub fn items_since(&self, start: usize) -> Vec<Item> {
+        let items = lock(&self.inner.items);
+        items.get(start..).map(<[Item]>::to_vec).unwrap_or_default()
+    }
+
     /// The number of items in the log.
     pub fn item_count(&self) -> usize {
         lock(&self.inner.items).len()

@@ -416,8 +416,7 @@ fn finish_meta(
     spend: Spend,
     last_layer_usage: Vec<LayerUsage>,
 ) {
-    let mut response_items = ctx.items();
-    response_items.drain(..first_new_item.min(response_items.len()));
+    let response_items = ctx.items_since(first_new_item);
     ctx.set_last_step_meta(StepMeta {
         tool_calls,
         ended_with_tool_calls,
@@ -516,8 +515,7 @@ fn place_recall(
 
 /// Calls `store` on each layer in slot order with the items the step appended; failures are logged.
 async fn store(ctx: &Context, layers: &[std::sync::Arc<dyn ContextLayer>], step_start: usize) {
-    let mut new_items = ctx.items();
-    new_items.drain(..step_start.min(new_items.len()));
+    let new_items = ctx.items_since(step_start);
     for layer in layers {
         if let Err(error) = layer
             .store(LayerCtx::new(ctx, layer.id()), &new_items)
