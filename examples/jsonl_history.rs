@@ -29,9 +29,11 @@ fn read_items(path: &Path) -> Result<Vec<Item>, Box<dyn std::error::Error>> {
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|error| format!("{}:{}: {error}", path.display(), number + 1))?;
-        items.push(Item::from_json(value, "stored")?);
+        let at =
+            |error: &dyn std::fmt::Display| format!("{}:{}: {error}", path.display(), number + 1);
+        let value: serde_json::Value = serde_json::from_str(&line).map_err(|error| at(&error))?;
+        // Valid JSON that is not an item (a corrupt or foreign line) names its line too.
+        items.push(Item::from_json(value, "stored").map_err(|error| at(&error))?);
     }
     Ok(items)
 }

@@ -2,17 +2,22 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-fn run_example(name: &str, args: &[&str]) -> (String, String) {
+fn example_command(name: &str) -> std::process::Command {
     let mut path = std::env::current_exe().unwrap();
     path.pop(); // deps/
     path.pop();
     path.push("examples");
     path.push(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    let output = std::process::Command::new(&path)
+    let mut command = std::process::Command::new(&path);
+    command.env_remove("OPENROUTER_API_KEY");
+    command
+}
+
+fn run_example(name: &str, args: &[&str]) -> (String, String) {
+    let output = example_command(name)
         .args(args)
-        .env_remove("OPENROUTER_API_KEY")
         .output()
-        .unwrap_or_else(|error| panic!("run {}: {error}", path.display()));
+        .unwrap_or_else(|error| panic!("run {name}: {error}"));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(output.status.success(), "{name} failed: {stderr}");
     (String::from_utf8(output.stdout).unwrap(), stderr)
@@ -64,6 +69,38 @@ fn the_jsonl_example_continues_the_conversation_after_a_restart() {
         .collect();
     assert_eq!(&again[..4], &lines[..]);
     assert_eq!(again.len(), 8);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_jsonl_example_names_the_line_of_a_corrupt_item_and_keeps_the_file() {
+    let dir = std::env::temp_dir().join(format!("noetic-jsonl-corrupt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"Hi"}]}"#;
+    // Line 2 is valid JSON but not an item; line 3 is not JSON at all.
+    for (name, bad, line) in [
+        ("not-an-item.jsonl", r#"{"type":"message","role":42}"#, 2),
+        ("not-json.jsonl", r#"{"type":"mess"#, 2),
+    ] {
+        let file = dir.join(name);
+        let contents = format!("{good}\n{bad}\n{good}\n");
+        std::fs::write(&file, &contents).unwrap();
+        let output = example_command("jsonl_history")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(!output.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}:{line}: ", file.display())),
+            "{name}: the error names the file and line: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            contents,
+            "{name}: nothing stored is lost or rewritten"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

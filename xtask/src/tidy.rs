@@ -103,3 +103,101 @@ fn core_pulls_in_no_adapter_dependency() -> Result {
     );
     Ok(())
 }
+
+/// The prefix of a code's meaning in a `CODES` table when nothing produces the code yet.
+const RESERVED: &str = "*Reserved:";
+
+/// A code is marked reserved in its `CODES` table exactly when no source constructs its variant, so
+/// docs/errors.md never lists a code as live that nothing produces, and a code gains its real meaning
+/// in the same change that starts producing it.
+///
+/// The variant of each code comes from the `Enum::Variant { .. } => "CODE"` arms of `code()` in the
+/// crate's `error.rs`; a variant counts as constructed when `Enum::Variant` (or `Self::Variant` in
+/// `error.rs`) appears in any crate's `src` on a line where no `=>` follows it (so not as a match
+/// pattern) and not inside `matches!`.
+#[test]
+fn reserved_codes_are_exactly_the_codes_nothing_produces() -> Result {
+    let root = workspace_root();
+    let mut sources = Vec::new();
+    for entry in fs::read_dir(root.join("crates"))? {
+        let src = entry?.path().join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut sources)?;
+        }
+    }
+    let texts: Vec<(PathBuf, String)> = sources
+        .into_iter()
+        .map(|path| fs::read_to_string(&path).map(|text| (path, text)))
+        .collect::<std::io::Result<_>>()?;
+
+    let mut wrong = Vec::new();
+    for krate in crate::codegen::collect(root)? {
+        let error_rs = root.join("crates").join(&krate.name).join("src/error.rs");
+        let arms = code_arms(&fs::read_to_string(&error_rs)?);
+        for code in &krate.codes {
+            let Some((enum_name, variant, _)) = arms.iter().find(|arm| arm.2 == code.code) else {
+                continue;
+            };
+            let variant = &variant[..];
+            let produced = texts.iter().any(|(path, text)| {
+                let self_too = *path == error_rs;
+                text.lines().any(|line| {
+                    constructs(line, &format!("{enum_name}::{variant}"))
+                        || (self_too && constructs(line, &format!("Self::{variant}")))
+                })
+            });
+            let reserved = code.meaning.starts_with(RESERVED);
+            if produced == reserved {
+                wrong.push(format!(
+                    "  {}: `{}` is {} but its meaning {} `{RESERVED}`",
+                    krate.name,
+                    code.code,
+                    if produced {
+                        "produced"
+                    } else {
+                        "never produced"
+                    },
+                    if reserved {
+                        "starts with"
+                    } else {
+                        "does not start with"
+                    },
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "fix these CODES entries, then run `cargo xtask codegen`:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
+}
+
+/// `(enum, variant, code)` for every `Enum::Variant ... => "CODE"` line of an `error.rs`.
+fn code_arms(source: &str) -> Vec<(String, String, String)> {
+    source
+        .lines()
+        .filter_map(|line| {
+            let (pattern, code) = line.trim().split_once("=> \"")?;
+            let code = code.strip_suffix("\",")?;
+            let path = pattern.split_whitespace().next()?;
+            let (enum_name, variant) = path.split_once("::")?;
+            Some((enum_name.to_owned(), variant.to_owned(), code.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether `line` builds `path` (an `Enum::Variant`) rather than matching on it.
+fn constructs(line: &str, path: &str) -> bool {
+    let mut rest = line;
+    while let Some(at) = rest.find(path) {
+        let after = &rest[at + path.len()..];
+        let whole_word = !after.starts_with(|c: char| c.is_alphanumeric() || c == '_');
+        if whole_word && !after.contains("=>") && !line.contains("matches!") {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}

@@ -9,6 +9,7 @@ usage:
   noetic run FLOW.json [PROMPT] [options]     run a workflow as the agent graph (prompt from stdin if absent)
   noetic chat FLOW.json [options] [--jsonl]   a session reading messages from stdin while turns run
   noetic validate FLOW.json                   validate a workflow and print its step tree
+  noetic --version                            print the version
 
 options:
   --provider openrouter|openai|responses|chat|demo   the provider (default: openrouter with a key,
@@ -43,6 +44,7 @@ pub(crate) enum Command {
         flow: String,
     },
     Help,
+    Version,
 }
 
 /// The provider and run options shared by `run` and `chat`.
@@ -78,6 +80,7 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         };
         match arg.as_str() {
             "-h" | "--help" => return Ok((Command::Help, options)),
+            "-V" | "--version" => return Ok((Command::Version, options)),
             "--provider" => {
                 let provider = value("--provider")?;
                 if !["openrouter", "openai", "responses", "chat", "demo"]

@@ -64,6 +64,10 @@ fn main() -> ExitCode {
                 println!("{}", args::USAGE);
                 Ok(())
             }
+            args::Command::Version => {
+                println!("noetic {}", env!("CARGO_PKG_VERSION"));
+                Ok(())
+            }
             args::Command::Validate { flow } => workflow::validate(&flow),
             args::Command::Run { flow, prompt } => run::run(&flow, prompt, &options).await,
             args::Command::Chat { flow, jsonl } => chat::chat(&flow, jsonl, &options).await,

@@ -32,22 +32,41 @@ fn registry(options: &Options) -> WorkflowRegistry {
         .fold(WorkflowRegistry::new(), WorkflowRegistry::tool)
 }
 
+/// The model given to nodes that name none while only validating.
+const PLACEHOLDER_MODEL: &str = "(default model)";
+
+fn hydrate_with(
+    document: &WorkflowDocument,
+    registry: &WorkflowRegistry,
+    default_model: Option<String>,
+) -> Result<noetic_core::Step<Value, Value>, Error> {
+    let mut hydrate = HydrateOptions::new();
+    hydrate.default_model = default_model;
+    document.hydrate(registry, &hydrate)
+}
+
 /// Reads, validates and hydrates `flow`, and builds a harness running it on the chosen provider.
 pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failure> {
     let document = read(flow)?;
+    let registry = registry(options);
+    // Validate before choosing the provider: an invalid workflow must not start the demo model or
+    // touch the network. The placeholder model lets nodes without one hydrate; the real default is
+    // only known once the provider is chosen.
+    hydrate_with(&document, &registry, Some(PLACEHOLDER_MODEL.to_owned()))
+        .map_err(|error| invalid(flow, &error))?;
     let Chosen {
         name,
         provider,
         default_model,
         _demo,
     } = choose(options).await?;
-    let mut hydrate = HydrateOptions::new();
     // Nodes without a model use --model, else the provider's own (the demo model's), else fail.
-    hydrate.default_model = options.model.clone().or(default_model);
-    let registry = registry(options);
-    let graph = document
-        .hydrate(&registry, &hydrate)
-        .map_err(|error| invalid(flow, &error))?;
+    let graph = hydrate_with(
+        &document,
+        &registry,
+        options.model.clone().or(default_model),
+    )
+    .map_err(|error| invalid(flow, &error))?;
     let mut defaults = CallModelDefaults::default().provider(name.clone());
     if let Some(idle) = options.idle_timeout {
         defaults = defaults.idle_timeout(idle);
@@ -65,18 +84,13 @@ pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failur
 /// `noetic validate`: check the file and print its step tree.
 pub(crate) fn validate(flow: &str) -> Result<(), Failure> {
     let document = read(flow)?;
-    let mut hydrate = HydrateOptions::new();
     // Validation does not need a real model: a placeholder lets nodes without one hydrate.
-    hydrate.default_model = Some("(default model)".to_owned());
-    document
-        .hydrate(
-            &registry(&Options {
-                allow_fs: true,
-                allow_shell: true,
-                ..Options::default()
-            }),
-            &hydrate,
-        )
+    let every_tool = registry(&Options {
+        allow_fs: true,
+        allow_shell: true,
+        ..Options::default()
+    });
+    hydrate_with(&document, &every_tool, Some(PLACEHOLDER_MODEL.to_owned()))
         .map_err(|error| invalid(flow, &error))?;
     let mut tree = String::new();
     print_tree(&document.to_value()["root"], 0, &mut tree);

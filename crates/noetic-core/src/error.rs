@@ -75,7 +75,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "BUDGET_EXCEEDED",
-        "A cost, token or step budget was exceeded.",
+        "*Reserved: nothing produces it yet.* A cost, token or step budget was exceeded.",
     ),
     (
         "STEERING_DENIED",
@@ -83,7 +83,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "HANDLE_EVICTED",
-        "A detached handle's child process vanished.",
+        "*Reserved: nothing produces it yet.* A detached handle's child process vanished.",
     ),
     (
         "ITEM_SCHEMA_MISMATCH",
@@ -95,11 +95,11 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "CHECKPOINT_SCHEMA_MISMATCH",
-        "A stored checkpoint has an unknown schema version.",
+        "*Reserved: nothing produces it yet.* A stored checkpoint has an unknown schema version.",
     ),
     (
         "STEP_LEDGER_RETENTION_INVALID",
-        "The step-ledger retention caps are invalid.",
+        "*Reserved: nothing produces it yet.* The step-ledger retention caps are invalid.",
     ),
     (
         "WORKFLOW_INVALID",
@@ -111,7 +111,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "LEASE_LOST",
-        "Another harness took over this thread's session lease.",
+        "*Reserved: nothing produces it yet.* Another harness took over this thread's session lease.",
     ),
     (
         "INVALID_ARGUMENT",

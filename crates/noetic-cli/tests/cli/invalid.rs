@@ -210,3 +210,50 @@ async fn validate_prints_the_step_tree() {
          examples/workflows/plan-then-execute.json: valid\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn version_prints_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let finished = run_noetic([flag], "").await;
+        finished.assert_code(0);
+        assert_eq!(
+            finished.stdout,
+            format!("noetic {}\n", env!("CARGO_PKG_VERSION")),
+            "{flag}"
+        );
+        assert_eq!(finished.stderr, "", "{flag}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_naming_a_disabled_tool_is_rejected_before_any_provider_starts() {
+    let dir = TempDir::new();
+    let flow = dir.write(
+        "shell.json",
+        &json!({"version": 1, "root": {
+            "kind": "callModel", "id": "a", "instructions": "Answer.",
+            "tools": [{"type": "shell"}]
+        }}),
+    );
+    for command in [vec!["run", &flow, "Hi"], vec!["chat", &flow]] {
+        let finished = run_noetic(&command, "").await;
+        assert_eq!(finished.code, 2, "{command:?}: {finished:?}");
+        assert!(
+            finished
+                .stderr
+                .starts_with(&format!("error: {flow}: error[WORKFLOW_INVALID]")),
+            "{command:?}: {}",
+            finished.stderr
+        );
+        assert!(
+            finished.stderr.contains("shell"),
+            "the message names the tool: {}",
+            finished.stderr
+        );
+        assert!(
+            !finished.stderr.contains("demo model"),
+            "no provider is started for an invalid workflow: {}",
+            finished.stderr
+        );
+    }
+}
