@@ -81,8 +81,24 @@ pub(crate) fn document(value: &Value, path: &str) -> Result<WorkflowDocument> {
     })
 }
 
+/// How many JSON pointer segments deep a node or predicate may sit: the JSON parser's own nesting
+/// limit, so a document built as a `Value` (which has no such limit) cannot make the parser recurse
+/// without bound. Steps run at most 64 levels deep anyway.
+const MAX_NESTING: usize = 128;
+
+fn check_nesting(path: &str) -> Result<()> {
+    if path.matches('/').count() > MAX_NESTING {
+        return Err(invalid(
+            path.to_owned(),
+            format!("nested more than {MAX_NESTING} levels deep"),
+        ));
+    }
+    Ok(())
+}
+
 /// Parses a node at `path`.
 pub(crate) fn node(value: &Value, path: &str) -> Result<WorkflowNode> {
+    check_nesting(path)?;
     let fields = Fields::new(value, path, "a workflow node (an object with `kind`)")?;
     let kind = fields.kind()?;
     let node = match kind {
@@ -393,6 +409,7 @@ fn route(value: &Value, path: &str) -> Result<Route> {
 
 /// Parses an until predicate at `path`.
 fn until(value: &Value, path: &str) -> Result<UntilPredicate> {
+    check_nesting(path)?;
     let fields = Fields::new(value, path, "an until predicate (an object with `kind`)")?;
     let kind = fields.kind()?;
     if !UNTIL_KINDS.contains(&kind) {
