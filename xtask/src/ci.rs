@@ -60,6 +60,9 @@ pub(crate) fn run(root: &Path) -> Result {
             "cargo deny check bans licenses sources",
             cargo(root, &["deny", "check", "bans", "licenses", "sources"]),
         )?;
+    } else if std::env::var_os("CI").is_some() {
+        // `.ci/run` installs it: on CI a missing cargo-deny is a broken set-up, not a skip.
+        return Err("cargo-deny is not installed (`.ci/run` installs it; CI=true is set)".into());
     } else {
         print_skip("cargo-deny");
     }
