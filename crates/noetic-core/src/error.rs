@@ -59,7 +59,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "FORK_PARTIAL",
-        "An `in_parallel` step in `all` mode had a failing path, or every `race` path failed.",
+        "An `in_parallel` step in `all` mode had a failing path, or every `race` path failed (paths stopped because of it are listed as cancelled).",
     ),
     (
         "CHANNEL_TIMEOUT",
@@ -223,14 +223,23 @@ pub enum Error {
     },
 
     /// Parallel paths failed.
-    #[error("step `{step_id}`: {} of {} parallel paths failed", failed.len(), failed.len() + succeeded.len())]
+    #[error(
+        "step `{step_id}`: {} of {} parallel paths failed{}",
+        failed.len(),
+        succeeded.len() + failed.len() + cancelled.len(),
+        if cancelled.is_empty() { String::new() } else { format!(", {} cancelled", cancelled.len()) }
+    )]
     ForkPartial {
         /// The `in_parallel` step's id.
         step_id: String,
         /// Indexes of paths that succeeded.
         succeeded: Vec<usize>,
-        /// Indexes of failed paths with their errors.
+        /// Indexes of paths that failed, with their errors.
         failed: Vec<(usize, Box<Error>)>,
+        /// Indexes of paths that did not finish because a sibling's outcome ended the step (stopped
+        /// mid-way or never started), or that ended `CANCELLED` themselves, with their `CANCELLED`
+        /// errors.
+        cancelled: Vec<(usize, Box<Error>)>,
     },
 
     /// A channel operation timed out.
