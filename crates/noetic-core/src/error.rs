@@ -91,7 +91,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "CONNECTION_UNSATISFIED",
-        "A step needs an operation that a named connection lacks.",
+        "A step needs an operation of a connection that is not registered, or that lacks it (the message says which).",
     ),
     (
         "CHECKPOINT_SCHEMA_MISMATCH",
@@ -301,13 +301,23 @@ pub enum Error {
         message: String,
     },
 
-    /// A connection lacks an operation a step needs.
-    #[error("connection `{connection}` lacks operation `{operation}`")]
+    /// A step needs an operation of a connection that is not registered, or that lacks it.
+    #[error(
+        "connection `{connection}` {}",
+        if *registered {
+            format!("lacks operation `{operation}`")
+        } else {
+            format!("is not registered (step needs its operation `{operation}`)")
+        }
+    )]
     ConnectionUnsatisfied {
         /// The connection's name.
         connection: String,
-        /// The missing operation.
+        /// The operation the step needs.
         operation: String,
+        /// Whether a connection of that name is registered (then it lacks the operation); `false`
+        /// when none is.
+        registered: bool,
     },
 
     /// A checkpoint has an unknown schema version.
