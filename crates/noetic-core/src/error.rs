@@ -31,7 +31,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("MISSING_MODEL", "A `call_model` step has a blank model id."),
     (
         "INVALID_STEP",
-        "A step graph is malformed (blank step id, empty loop or sequence body).",
+        "A step graph is malformed (blank step id, empty loop or sequence body, a retry policy of 0 attempts).",
     ),
     (
         "STEP_FAILED",

@@ -106,7 +106,7 @@ impl<I, O> Step<I, O> {
         }
     }
 
-    /// Checks the tree: no blank ids, no blank models, no empty bodies.
+    /// Checks the tree: no blank ids, no blank models, no empty bodies, no retry policy of 0 attempts.
     ///
     /// # Errors
     /// [`Error::InvalidStep`] or [`Error::MissingModel`] naming the first offending step.
@@ -215,6 +215,12 @@ impl StepNode {
             StepBody::CallModel(spec) if spec.model.trim().is_empty() => Err(Error::MissingModel {
                 step_id: self.id.clone(),
             }),
+            StepBody::RunCode(spec) if spec.retry.is_some_and(|retry| retry.max_attempts == 0) => {
+                Err(Error::InvalidStep {
+                    step_id: self.id.clone(),
+                    problem: "retry policy max_attempts is 0 (the first attempt counts: use 1 for no retries)",
+                })
+            }
             StepBody::Sequence(children) if children.is_empty() => Err(Error::InvalidStep {
                 step_id: self.id.clone(),
                 problem: "sequence has no steps",

@@ -134,11 +134,6 @@ fn linear_and_fixed_delays() {
     }
 }
 
-#[test]
-fn a_policy_always_allows_one_attempt() {
-    assert_eq!(RetryPolicy::new(0, Backoff::Fixed, ms(1)).max_attempts, 1);
-}
-
 #[tokio::test(start_paused = true)]
 async fn cancelled_from_the_body_is_never_retried() {
     let harness = harness();
