@@ -1,7 +1,7 @@
 //! The [`AgentHarness`]: holds the agent graph, providers, tools, layers and hooks, creates contexts
 //! and runs step trees on them. Its session surface (`execute`, streams, …) is in [`crate::session`].
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub struct AgentHarness {
 
 struct HarnessInner {
     name: String,
-    agent_graph: Option<Arc<crate::step::StepNode>>,
+    agent_graph: Option<(Arc<crate::step::StepNode>, GraphTypes)>,
     params: Arc<dyn Any + Send + Sync>,
     providers: Vec<(String, Arc<dyn ModelProvider>)>,
     defaults: CallModelDefaults,
@@ -135,11 +135,38 @@ impl std::fmt::Debug for AgentHooks {
     }
 }
 
+/// The input and output types an agent graph was built with, so that asking for it with other types
+/// is an error instead of a surprise at run time.
+#[derive(Debug, Clone, Copy)]
+struct GraphTypes {
+    input: (TypeId, &'static str),
+    output: (TypeId, &'static str),
+}
+
+impl GraphTypes {
+    fn of<I: 'static, O: 'static>() -> Self {
+        GraphTypes {
+            input: (TypeId::of::<I>(), std::any::type_name::<I>()),
+            output: (TypeId::of::<O>(), std::any::type_name::<O>()),
+        }
+    }
+
+    /// Whether a graph of these types may be handed out as `requested`: each side must be the same
+    /// type, unless either is `serde_json::Value`, which every step value converts to and from.
+    fn admits(&self, requested: &GraphTypes) -> bool {
+        let value = TypeId::of::<Value>();
+        let side = |graph: (TypeId, &str), asked: (TypeId, &str)| {
+            graph.0 == asked.0 || graph.0 == value || asked.0 == value
+        };
+        side(self.input, requested.input) && side(self.output, requested.output)
+    }
+}
+
 /// Builds an [`AgentHarness`]; see [`AgentHarness::builder`].
 #[must_use = "call .build() to get the harness"]
 pub struct AgentHarnessBuilder {
     name: String,
-    agent_graph: Option<Arc<crate::step::StepNode>>,
+    agent_graph: Option<(Arc<crate::step::StepNode>, GraphTypes)>,
     params: Arc<dyn Any + Send + Sync>,
     providers: Vec<(String, Arc<dyn ModelProvider>)>,
     defaults: CallModelDefaults,
@@ -195,16 +222,34 @@ impl AgentHarness {
         self.inner.params.downcast_ref::<P>()
     }
 
-    /// The agent graph, when one was configured.
+    /// The agent graph, when one was configured, as a `Step<I, O>`.
+    ///
+    /// `I` and `O` must be the types the graph was built with, except that `serde_json::Value` on
+    /// either side matches any type: a JSON workflow's graph (`Value → Value`) can be asked for as
+    /// `Step<String, String>`, and any graph as `Step<Value, Value>`. The values are then converted
+    /// by serde when the graph runs (a mismatch there is `STEP_FAILED`, type mismatch).
     ///
     /// # Errors
-    /// [`Error::NoStepConfigured`] when none was.
-    pub fn agent_graph<I, O>(&self) -> Result<Step<I, O>> {
-        self.inner
+    /// [`Error::NoStepConfigured`] when none was; [`Error::InvalidArgument`] naming both pairs of
+    /// types when `I` or `O` differs from the graph's.
+    pub fn agent_graph<I: 'static, O: 'static>(&self) -> Result<Step<I, O>> {
+        let (node, types) = self
+            .inner
             .agent_graph
             .as_ref()
-            .map(|node| Step::from_arc(node.clone()))
-            .ok_or(Error::NoStepConfigured)
+            .ok_or(Error::NoStepConfigured)?;
+        let requested = GraphTypes::of::<I, O>();
+        if !types.admits(&requested) {
+            return Err(Error::InvalidArgument {
+                argument: "agent_graph",
+                message: format!(
+                    "the agent graph is a `Step<{}, {}>`, not the requested `Step<{}, {}>` \
+                     (`serde_json::Value` on either side matches any type)",
+                    types.input.1, types.output.1, requested.input.1, requested.output.1
+                ),
+            });
+        }
+        Ok(Step::from_arc(node.clone()))
     }
 
     /// A new root context (or a child, with `options.parent`).
@@ -291,7 +336,10 @@ impl AgentHarness {
     }
 
     pub(crate) fn agent_graph_node(&self) -> Option<Arc<crate::step::StepNode>> {
-        self.inner.agent_graph.clone()
+        self.inner
+            .agent_graph
+            .as_ref()
+            .map(|(node, _)| node.clone())
     }
 
     pub(crate) fn sessions(&self) -> &Sessions {
@@ -384,9 +432,10 @@ impl std::fmt::Debug for AgentHarness {
 }
 
 impl AgentHarnessBuilder {
-    /// The agent graph that `execute()` runs.
-    pub fn agent_graph<I, O>(mut self, step: impl Into<Step<I, O>>) -> Self {
-        self.agent_graph = Some(step.into().node);
+    /// The agent graph that `execute()` runs. Its input and output types are recorded for
+    /// [`AgentHarness::agent_graph`].
+    pub fn agent_graph<I: 'static, O: 'static>(mut self, step: impl Into<Step<I, O>>) -> Self {
+        self.agent_graph = Some((step.into().node, GraphTypes::of::<I, O>()));
         self
     }
 
@@ -482,7 +531,7 @@ impl AgentHarnessBuilder {
     /// # Errors
     /// [`Error::InvalidStep`] or [`Error::MissingModel`] when the agent graph is malformed.
     pub fn build(self) -> Result<AgentHarness> {
-        if let Some(graph) = &self.agent_graph {
+        if let Some((graph, _)) = &self.agent_graph {
             graph.validate()?;
         }
         Ok(AgentHarness {
