@@ -259,9 +259,18 @@ async fn a_registered_connection_without_the_operation_says_it_lacks_it() {
         .await
         .unwrap_err();
 
-    assert_eq!(error.to_string(), "connection `crm` lacks operation `lookup`");
+    assert_eq!(
+        error.to_string(),
+        "connection `crm` lacks operation `lookup`"
+    );
     assert!(
-        matches!(&error, Error::ConnectionUnsatisfied { registered: true, .. }),
+        matches!(
+            &error,
+            Error::ConnectionUnsatisfied {
+                registered: true,
+                ..
+            }
+        ),
         "{error:?}"
     );
 }

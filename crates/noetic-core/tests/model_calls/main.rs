@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
+mod cancellation;
 mod support;
 
 use std::sync::Arc;

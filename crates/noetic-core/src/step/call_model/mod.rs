@@ -10,6 +10,7 @@ mod tools;
 
 pub use rounds::{MAX_RECOVERIES, MAX_TOOL_ROUNDS};
 pub(crate) use rounds::{assemble_request, execute};
+pub(crate) use tools::{ABORTED_WHILE_RUNNING, until_cancelled};
 
 use std::marker::PhantomData;
 use std::sync::Arc;
