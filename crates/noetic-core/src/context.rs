@@ -6,7 +6,7 @@
 //! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -18,7 +18,7 @@ use crate::channel::RootChannels;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::harness::AgentHarness;
 use crate::item::{FunctionCallItem, Item};
-use crate::layer::lifecycle::LayerRuns;
+use crate::layer::lifecycle::LayerLife;
 use crate::layer::{ContextLayer, LayerCtx, LayerUsage};
 use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
@@ -153,9 +153,9 @@ struct ContextInner {
     layers: Mutex<Arc<[Arc<dyn ContextLayer>]>>,
     /// Whether `layers` is non-empty, so `append_item` skips the layer lock when there are none.
     has_layers: AtomicBool,
-    /// The layer lifecycle bookkeeping of the execution this context is the root of (see
-    /// `layer::lifecycle`; unused on children).
-    layer_runs: LayerRuns,
+    /// The layers initialized on this context and its descendants still to close (see
+    /// `layer::lifecycle`).
+    layer_life: LayerLife,
     steers: Option<Arc<SteerInbox>>,
     started: Instant,
     /// The channels of the execution this context is the root of (unused on children, which share their
@@ -224,7 +224,7 @@ impl Context {
                 sink,
                 has_layers: AtomicBool::new(!layers.is_empty()),
                 layers: Mutex::new(layers),
-                layer_runs: LayerRuns::default(),
+                layer_life: LayerLife::default(),
                 steers,
                 started: Instant::now(),
                 channels: RootChannels::default(),
@@ -254,7 +254,7 @@ impl Context {
                 sink: inner.sink.clone(),
                 has_layers: AtomicBool::new(!layers.is_empty()),
                 layers: Mutex::new(layers),
-                layer_runs: LayerRuns::default(),
+                layer_life: LayerLife::default(),
                 steers: if spec.forward_steers {
                     inner.steers.clone()
                 } else {
@@ -290,9 +290,14 @@ impl Context {
         root
     }
 
-    /// The layer lifecycle bookkeeping (meaningful on a root).
-    pub(crate) fn layer_runs(&self) -> &LayerRuns {
-        &self.inner.layer_runs
+    /// The layer lifecycle bookkeeping of this context.
+    pub(crate) fn layer_life(&self) -> &LayerLife {
+        &self.inner.layer_life
+    }
+
+    /// A handle that does not keep the context alive.
+    pub(crate) fn downgrade(&self) -> WeakContext {
+        WeakContext(Arc::downgrade(&self.inner))
     }
 
     /// Nesting depth: 0 for a root.
@@ -517,6 +522,35 @@ impl Context {
     pub fn emit_stream(&self, event: StreamEvent) {
         if let Some(sink) = &self.inner.sink {
             sink.emit(event);
+        }
+    }
+}
+
+/// A [`Context`] handle that does not keep it alive (a parent's list of children to close).
+pub(crate) struct WeakContext(Weak<ContextInner>);
+
+impl WeakContext {
+    /// The context, if it is still alive.
+    pub(crate) fn upgrade(&self) -> Option<Context> {
+        self.0.upgrade().map(|inner| Context { inner })
+    }
+
+    /// Whether this is a handle to `ctx`.
+    pub(crate) fn is(&self, ctx: &Context) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&ctx.inner))
+    }
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        let open = self.layer_life.open_layers();
+        if open > 0 {
+            // Async hooks cannot run here: say what was lost, so the missing close can be found.
+            tracing::warn!(
+                context = %self.id,
+                layers = open,
+                "context dropped without AgentHarness::close_context: its layers' on_complete and dispose never ran"
+            );
         }
     }
 }

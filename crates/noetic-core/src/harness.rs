@@ -259,9 +259,11 @@ impl AgentHarness {
 
     /// Runs a step tree on `ctx` and returns its output.
     ///
-    /// The outermost run on a context tree initializes the context's layers first and, when it ends
-    /// however it ends, calls their `on_complete` and `dispose` (see [`crate::layer`]); nested runs on the
-    /// same tree do neither.
+    /// Before anything runs, the context's layers that are not initialized on it yet get `init`: once
+    /// per context, so repeated and nested runs on the same context never re-initialize. Nothing is
+    /// completed when the run ends: the layers' `on_complete` and `dispose` run when the context is
+    /// closed with [`AgentHarness::close_context`] (see [`crate::layer`]), which reports how the last
+    /// run ended.
     ///
     /// # Errors
     /// The step's error; [`Error::InvalidStep`] or [`Error::MissingModel`] before anything runs when the
@@ -270,8 +272,8 @@ impl AgentHarness {
     ///
     /// # Cancel safety
     /// Dropping the future stops the tree at its current await point; spend already charged stays on the
-    /// context, and the layers' `on_complete` / `dispose` do not run. Abort the context instead to let
-    /// steps observe `CANCELLED` and layers complete with `Outcome::Aborted`.
+    /// context, and the run's outcome is not recorded for `close_context`. Abort the context instead to
+    /// let steps observe `CANCELLED`.
     pub async fn run<I: Serialize, O: DeserializeOwned>(
         &self,
         step: &Step<I, O>,
@@ -284,15 +286,32 @@ impl AgentHarness {
         // The outermost run() on a root bounds its execution for channel handles: when it ends, however
         // it ends, external handles close; nested runs on the root and runs on children close nothing.
         let _channels = crate::channel::RunGuard::enter(ctx);
-        // The outermost run on a tree also bounds its layers' lifecycle: `init` once per context
-        // before anything runs, `on_complete` + `dispose` when it ends.
-        let execution = crate::layer::lifecycle::Execution::enter(ctx);
         let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
             Ok(()) => execute(&step.node, input, false, ctx).await,
             Err(error) => Err(error),
         };
-        execution.finish(ctx, &result).await;
+        crate::layer::lifecycle::finished(ctx, &result);
         decode(step.id(), "output", result?)
+    }
+
+    /// Ends a context's execution: its layers get `on_complete` and then `dispose` — first those of its
+    /// descendants that are still open (children made by hand with `ContextOptions::parent`; `spawn`
+    /// and parallel paths close their own), then its own, in reverse slot order.
+    ///
+    /// The outcome is `Aborted` when the context was aborted, else that of the last `run()` on it
+    /// (`Success` when none finished). Closing a closed context does nothing; a later `run()` on it
+    /// initializes its layers again (a new execution). Close a context once its runs have ended.
+    ///
+    /// A context dropped without being closed never completes its layers (async hooks cannot run on
+    /// drop), and a warning is logged. Session turns need none of this: each turn's context is closed
+    /// when the turn ends.
+    ///
+    /// # Cancel safety
+    /// Dropping the future mid-way leaves the hooks not yet called uncalled; the context counts as
+    /// closed.
+    pub async fn close_context(&self, ctx: &Context) {
+        let outcome = crate::layer::lifecycle::closing_outcome(ctx);
+        crate::layer::lifecycle::close(ctx, outcome).await;
     }
 
     /// The storage adapter (an [`InMemoryStorage`] unless the builder was given one).

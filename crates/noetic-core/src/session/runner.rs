@@ -294,12 +294,13 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
     let result = match crate::connection::check(harness, graph) {
         Ok(()) => {
             let _channels = crate::channel::RunGuard::enter(&ctx);
-            let execution = crate::layer::lifecycle::Execution::enter(&ctx);
             let result = match crate::layer::lifecycle::init(&ctx, &ctx.layers()).await {
                 Ok(()) => execute(graph, Value::String(String::new()), false, &ctx).await,
                 Err(error) => Err(error),
             };
-            execution.finish(&ctx, &result).await;
+            // One context per turn: the turn's end closes it (its layers complete, children first).
+            let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
+            crate::layer::lifecycle::close(&ctx, outcome).await;
             result
         }
         Err(error) => Err(error),

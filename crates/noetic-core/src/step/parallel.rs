@@ -271,6 +271,16 @@ pub(crate) async fn execute(
         child.abort(Some("parallel sibling finished".to_owned()));
     }
     drop(running);
+    // The paths are done: close those that initialized layers of their own (e.g. by `with_context`).
+    for (child, result) in children.iter().zip(&results) {
+        if crate::layer::lifecycle::is_open(child) {
+            let outcome = match result {
+                Some(result) => crate::layer::lifecycle::outcome_of(child, result),
+                None => crate::layer::Outcome::Aborted,
+            };
+            crate::layer::lifecycle::close(child, outcome).await;
+        }
+    }
     ctx.check_aborted()?;
 
     match &spec.mode {

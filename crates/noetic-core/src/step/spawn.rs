@@ -1,9 +1,11 @@
 //! `spawn`: runs a step in a child context with its own item log.
 //!
 //! The child gets a fresh id, an empty item log, a copy of the parent's state, depth + 1, and the
-//! parent's layers unless [`SpawnBuilder::layers`] replaces them. Its spend is charged to the parent as
-//! it happens (so it is rolled up on success, and nothing billed is lost on failure). A timeout, when
-//! set, is enforced: the child is aborted and the step fails with `STEP_FAILED` (`timed out`).
+//! parent's layers unless [`SpawnBuilder::layers`] replaces them (given layers are initialized on the
+//! child). Its spend is charged to the parent as it happens (so it is rolled up on success, and nothing
+//! billed is lost on failure). A timeout, when set, is enforced: the child is aborted and the step fails
+//! with `STEP_FAILED` (`timed out`). When the step ends, however it ends, the child context is closed:
+//! the layers initialized on it complete (after the parent's `on_return`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,15 +113,24 @@ pub(crate) async fn execute(
         layers: spec.layers.clone(),
         forward_steers: spec.steers == SteerMode::Forward,
     });
-    // Layers given to the spawn are initialized for the child (and completed with the execution);
-    // inherited ones were initialized on the parent already.
-    if let Some(layers) = &spec.layers {
-        crate::layer::lifecycle::init(&child, layers).await?;
+    let result = async {
+        // Layers given to the spawn are initialized for the child; inherited ones were initialized
+        // on the parent already.
+        if let Some(layers) = &spec.layers {
+            crate::layer::lifecycle::init(&child, layers).await?;
+        }
+        crate::layer::lifecycle::spawned(ctx, &child).await?;
+        let output = run_child(step_id, spec, input, &child).await?;
+        crate::layer::lifecycle::returned(ctx, &child).await?;
+        Ok(output)
     }
-    crate::layer::lifecycle::spawned(ctx, &child).await?;
-    let output = run_child(step_id, spec, input, &child).await?;
-    crate::layer::lifecycle::returned(ctx, &child).await?;
-    Ok(output)
+    .await;
+    // The child is done with the step, however it ended: its layers complete now, before the parent's.
+    if crate::layer::lifecycle::is_open(&child) {
+        let outcome = crate::layer::lifecycle::outcome_of(&child, &result);
+        crate::layer::lifecycle::close(&child, outcome).await;
+    }
+    result
 }
 
 async fn run_child(

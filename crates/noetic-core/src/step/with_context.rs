@@ -74,7 +74,7 @@ pub(crate) async fn execute(
         ctx,
         previous: Some(previous),
     };
-    // The given layers are initialized on this context (once per execution; completed with it).
+    // The given layers are initialized on this context (once; completed when it is closed).
     crate::layer::lifecycle::init(ctx, &spec.layers).await?;
     execute_step(&spec.child, input, fed_back, ctx).await
 }
