@@ -16,7 +16,7 @@ use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
 use crate::model::ModelProvider;
 use crate::session::{DeliveryMode, OnSteer, Sessions, Steer, SteerDecision, SteerPoint};
-use crate::step::{Step, StepRef, decode, encode, execute};
+use crate::step::{Origin, Step, StepRef, decode, encode, execute};
 use crate::tool::Tool;
 use crate::workflow::WorkflowRegistry;
 use crate::{Error, Result};
@@ -287,7 +287,7 @@ impl AgentHarness {
         // it ends, external handles close; nested runs on the root and runs on children close nothing.
         let _channels = crate::channel::RunGuard::enter(ctx);
         let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
-            Ok(()) => execute(&step.node, input, false, ctx).await,
+            Ok(()) => execute(&step.node, input, Origin::Root, ctx).await,
             Err(error) => Err(error),
         };
         crate::layer::lifecycle::finished(ctx, &result);

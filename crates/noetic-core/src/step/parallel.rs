@@ -20,7 +20,7 @@ use futures_util::stream::FuturesUnordered;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use super::{Step, StepBody, StepNode, decode, encode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, decode, encode, execute as execute_step};
 use crate::context::{ChildSpec, Context};
 use crate::{Error, Result};
 
@@ -196,7 +196,7 @@ pub(crate) async fn execute(
     step_id: &str,
     spec: &ParallelSpec,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let mut paths = spec.paths.clone();
@@ -240,7 +240,7 @@ pub(crate) async fn execute(
             next,
             paths[next].clone(),
             input.clone(),
-            fed_back,
+            origin.clone(),
             children[next].clone(),
         ));
         next += 1;
@@ -260,7 +260,7 @@ pub(crate) async fn execute(
                 next,
                 paths[next].clone(),
                 input.clone(),
-                fed_back,
+                origin.clone(),
                 children[next].clone(),
             ));
             next += 1;
@@ -368,11 +368,11 @@ fn run_path(
     index: usize,
     node: Arc<StepNode>,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     child: Context,
 ) -> BoxFuture<'static, (usize, Result<Value>)> {
     Box::pin(async move {
-        let result = execute_step(&node, input, fed_back, &child).await;
+        let result = execute_step(&node, input, origin, &child).await;
         (index, result)
     })
 }
