@@ -26,7 +26,8 @@ use crate::{Error, Result};
 /// a parent's abort, a `spawn` timeout, a losing `race` path): a tool never holds up a cancelled run,
 /// even one that ignores cancellation. The tool is polled first, so a tool that watches
 /// `tool_ctx.ctx.cancelled()` and returns at once still has its own output recorded; otherwise the
-/// call's output is `Tool call aborted: the run was cancelled while the tool was running.` What the tool
+/// call's output is `Tool call aborted: the run was cancelled while the tool was running.` (A parallel
+/// path stopped by its step is dropped as a whole, its tools with it.) What the tool
 /// did before it was dropped stays done: put cleanup that must happen in a `Drop` guard, or do it
 /// synchronously when the cancellation signal fires — there is no later poll to await it in.
 #[derive(Clone)]

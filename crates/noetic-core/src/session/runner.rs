@@ -24,10 +24,10 @@ use crate::{Error, Result};
 pub(crate) const ABORTED_CALL_OUTPUT: &str =
     "Tool call not run: the turn was aborted before it ran.";
 
-/// The output given to a function call of a completed turn that never ran because the context that
-/// made it (a losing `race` path, a path stopped by a failing sibling) was cancelled first.
+/// The output given to a function call of a completed turn that never finished because the context
+/// that made it (a losing `race` path, a path stopped by a failing sibling) was stopped first.
 pub(crate) const CANCELLED_CALL_OUTPUT: &str =
-    "Tool call not run: its part of the turn was cancelled before it ran.";
+    "Tool call cancelled before it finished: its part of the turn was stopped.";
 
 /// A queued message.
 #[derive(Debug, Clone)]

@@ -2,13 +2,16 @@
 //! turn's messages, and every item appended in any context of the turn (root, spawned children,
 //! parallel paths) lands in the history once, in order.
 
+use std::sync::Arc;
+
 use noetic_core::item::{ContentPart, Item};
 use noetic_core::{
-    AgentHarness, Context, DeliveryMode, ExecuteOptions, Role, Scope, SteerMode, call_model,
-    in_parallel, run_code, sequence, spawn,
+    AgentHarness, Context, DeliveryMode, ExecuteOptions, Role, Scope, SteerMode, Tool, ToolContext,
+    call_model, in_parallel, run_code, sequence, spawn,
 };
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
+use tokio::sync::Notify;
 
 use crate::support::{guarded, paced_builder, text_events};
 
@@ -19,7 +22,8 @@ fn transcript(items: &[Item]) -> Vec<String> {
         .map(|item| match item {
             Item::FunctionCall(call) => format!("call {}", call.call_id),
             Item::FunctionCallOutput(output) => {
-                format!("output {}: {}", output.call_id, output.output)
+                let text = output.output.as_str().unwrap_or_default();
+                format!("output {}: {text}", output.call_id)
             }
             other => format!(
                 "{}: {}",
@@ -273,5 +277,59 @@ async fn a_root_code_step_gets_the_text_of_the_turn_messages() {
         transcript(&response.items),
         ["user: hello there"],
         "the input is not appended a second time"
+    );
+}
+
+#[tokio::test]
+async fn a_losing_race_paths_calls_keep_an_output_in_the_history() {
+    let started = Arc::new(Notify::new());
+    let slow = {
+        let started = started.clone();
+        Tool::dynamic(
+            "slow",
+            "Never returns",
+            json!({"type": "object"}),
+            move |_: Value, _ctx: ToolContext| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok(Value::Null)
+                }
+            },
+        )
+        .unwrap()
+    };
+    let model = ScriptedModel::with_responses([ScriptedResponse::tool_calls(&[
+        ("c1", "slow", json!({})),
+        ("c2", "slow", json!({})),
+    ])]);
+    let loser = call_model("loser").model("m").tool(slow);
+    let winner = run_code("winner", move |_: String, _: Context| {
+        let started = started.clone();
+        async move {
+            started.notified().await;
+            Ok::<_, std::convert::Infallible>("the winner".to_owned())
+        }
+    });
+    let harness = scripted(&model, in_parallel("race").path(loser).path(winner).race());
+
+    harness
+        .execute("go", ExecuteOptions::default())
+        .await
+        .unwrap();
+    let response = harness.agent_response(Scope::default()).await.unwrap();
+
+    assert_eq!(response.text, "the winner");
+    assert_eq!(
+        transcript(&response.items),
+        [
+            "user: go",
+            "call c1",
+            "call c2",
+            "output c1: Tool call cancelled before it finished: its part of the turn was stopped.",
+            "output c2: Tool call cancelled before it finished: its part of the turn was stopped.",
+        ],
+        "what the losing path did is kept, and every call has an output"
     );
 }
