@@ -114,6 +114,8 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let ctx = harness.create_context(ContextOptions::new().resource_id("alice"));
         println!("user: {message}");
         let answer = harness.run(&assistant, message.to_owned(), &ctx).await?;
+        // Done with this context: its layers complete (on_complete, dispose).
+        harness.close_context(&ctx).await;
         println!("assistant: {answer}\n");
     }
     Ok(())

@@ -4,8 +4,9 @@
 //! A harness holds connection implementations ([`AgentHarnessBuilder::connection`]). A `run_code` or
 //! `call_model` step declares a need with `.requires(connection, operation)`. Before anything of a tree
 //! executes, [`AgentHarness::run`] walks it and fails with `CONNECTION_UNSATISFIED { connection,
-//! operation }` at the first need that no registered connection meets: no step starts, no event is
-//! emitted, no provider is called. The check happens on every `run()` (it is a walk over the tree's
+//! operation, registered }` at the first need that no registered connection meets (`registered` says
+//! whether the connection is missing or lacks the operation): no step starts, no event is emitted, no
+//! provider is called. The check happens on every `run()` (it is a walk over the tree's
 //! nodes, with no IO), so it also covers the first run of every root.
 //!
 //! The walk sees the static tree: sequence and loop bodies, `in_parallel` paths given to the builder,
@@ -120,19 +121,18 @@ impl Need {
 ///
 /// # Errors
 /// [`Error::ConnectionUnsatisfied`] for the first need (depth first, in tree order) that no connection
-/// meets, whether the connection is missing or lacks the operation.
+/// meets: `registered: false` when no connection has the name, `true` when it lacks the operation.
 pub(crate) fn check(harness: &AgentHarness, node: &StepNode) -> Result<()> {
     node.try_for_each_need(&mut |need| {
-        let met = harness
-            .connection(&need.connection)
-            .is_some_and(|connection| connection.supports(&need.operation));
-        if met {
-            Ok(())
-        } else {
-            Err(Error::ConnectionUnsatisfied {
-                connection: need.connection.clone(),
-                operation: need.operation.clone(),
-            })
-        }
+        let registered = match harness.connection(&need.connection) {
+            Some(connection) if connection.supports(&need.operation) => return Ok(()),
+            Some(_) => true,
+            None => false,
+        };
+        Err(Error::ConnectionUnsatisfied {
+            connection: need.connection.clone(),
+            operation: need.operation.clone(),
+            registered,
+        })
     })
 }

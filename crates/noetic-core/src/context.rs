@@ -6,7 +6,7 @@
 //! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -18,7 +18,7 @@ use crate::channel::RootChannels;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::harness::AgentHarness;
 use crate::item::{FunctionCallItem, Item};
-use crate::layer::lifecycle::LayerRuns;
+use crate::layer::lifecycle::LayerLife;
 use crate::layer::{ContextLayer, LayerCtx, LayerUsage};
 use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
@@ -47,6 +47,9 @@ pub struct ContextOptions {
     pub event_sink: Option<Arc<dyn EventSink>>,
     /// The session turn's steer inbox (set by the session runner).
     pub(crate) steers: Option<Arc<SteerInbox>>,
+    /// The session turn's transcript, which this context (the turn's root) owns (set by the session
+    /// runner; children join their parent's).
+    pub(crate) transcript: Option<Arc<Transcript>>,
 }
 
 impl ContextOptions {
@@ -153,14 +156,76 @@ struct ContextInner {
     layers: Mutex<Arc<[Arc<dyn ContextLayer>]>>,
     /// Whether `layers` is non-empty, so `append_item` skips the layer lock when there are none.
     has_layers: AtomicBool,
-    /// The layer lifecycle bookkeeping of the execution this context is the root of (see
-    /// `layer::lifecycle`; unused on children).
-    layer_runs: LayerRuns,
+    /// The layers initialized on this context and its descendants still to close (see
+    /// `layer::lifecycle`).
+    layer_life: LayerLife,
     steers: Option<Arc<SteerInbox>>,
     started: Instant,
     /// The channels of the execution this context is the root of (unused on children, which share their
     /// root's; see `channel`). Allocates nothing until a channel is used.
     channels: RootChannels,
+    /// The session turn's transcript this context records its appends in, when it belongs to a turn.
+    transcript: Option<TranscriptRef>,
+}
+
+/// Every item appended in any context of one session turn (its root context, spawned children,
+/// parallel paths), in the order they were appended. The session history at the turn's end is the
+/// history before it, the turn's messages, and these.
+///
+/// The root's own items are in its log already, so for them only a marker is kept (no copy): the
+/// transcript stays cheap on the hot path of a turn without children.
+#[derive(Default)]
+pub(crate) struct Transcript {
+    /// `None`: the root's next appended item (in its log); `Some`: an item appended in a descendant.
+    entries: Mutex<Vec<Option<Box<Item>>>>,
+}
+
+impl Transcript {
+    /// The turn's items, in order: the root's log from `start` on, interleaved with the descendants'
+    /// items as they were appended. `root_items` is the root context's whole log.
+    pub(crate) fn assemble(&self, root_items: Vec<Item>, start: usize) -> Vec<Item> {
+        let entries = std::mem::take(&mut *lock(&self.entries));
+        let mut root = root_items.into_iter();
+        let mut items: Vec<Item> = root.by_ref().take(start).collect();
+        items.reserve(entries.len());
+        for entry in entries {
+            match entry {
+                None => items.extend(root.next()),
+                Some(item) => items.push(*item),
+            }
+        }
+        // Nothing reaches a log without a marker, but keep whatever would.
+        items.extend(root);
+        items
+    }
+}
+
+/// How a context takes part in a turn's transcript.
+enum TranscriptRef {
+    /// The turn's root: its appends are markers.
+    Root(Arc<Transcript>),
+    /// A descendant: its appends are copied.
+    Member(Arc<Transcript>),
+}
+
+impl TranscriptRef {
+    fn transcript(&self) -> &Arc<Transcript> {
+        match self {
+            TranscriptRef::Root(transcript) | TranscriptRef::Member(transcript) => transcript,
+        }
+    }
+
+    fn member(&self) -> TranscriptRef {
+        TranscriptRef::Member(self.transcript().clone())
+    }
+
+    fn record(&self, item: &Item) {
+        let entry = match self {
+            TranscriptRef::Root(_) => None,
+            TranscriptRef::Member(_) => Some(Box::new(item.clone())),
+        };
+        lock(&self.transcript().entries).push(entry);
+    }
 }
 
 /// What a child context inherits or replaces; used by spawn and parallel paths.
@@ -190,7 +255,15 @@ impl Context {
             items,
             event_sink,
             steers,
+            transcript,
         } = options;
+        let transcript = match transcript {
+            Some(transcript) => Some(TranscriptRef::Root(transcript)),
+            None => parent
+                .as_ref()
+                .and_then(|parent| parent.inner.transcript.as_ref())
+                .map(TranscriptRef::member),
+        };
         let (depth, cancel, sink, inherited_layers) = match &parent {
             Some(parent) => (
                 parent.depth() + 1,
@@ -224,10 +297,11 @@ impl Context {
                 sink,
                 has_layers: AtomicBool::new(!layers.is_empty()),
                 layers: Mutex::new(layers),
-                layer_runs: LayerRuns::default(),
+                layer_life: LayerLife::default(),
                 steers,
                 started: Instant::now(),
                 channels: RootChannels::default(),
+                transcript,
             }),
         }
     }
@@ -254,7 +328,7 @@ impl Context {
                 sink: inner.sink.clone(),
                 has_layers: AtomicBool::new(!layers.is_empty()),
                 layers: Mutex::new(layers),
-                layer_runs: LayerRuns::default(),
+                layer_life: LayerLife::default(),
                 steers: if spec.forward_steers {
                     inner.steers.clone()
                 } else {
@@ -262,6 +336,7 @@ impl Context {
                 },
                 started: Instant::now(),
                 channels: RootChannels::default(),
+                transcript: inner.transcript.as_ref().map(TranscriptRef::member),
             }),
         }
     }
@@ -290,9 +365,14 @@ impl Context {
         root
     }
 
-    /// The layer lifecycle bookkeeping (meaningful on a root).
-    pub(crate) fn layer_runs(&self) -> &LayerRuns {
-        &self.inner.layer_runs
+    /// The layer lifecycle bookkeeping of this context.
+    pub(crate) fn layer_life(&self) -> &LayerLife {
+        &self.inner.layer_life
+    }
+
+    /// A handle that does not keep the context alive.
+    pub(crate) fn downgrade(&self) -> WeakContext {
+        WeakContext(Arc::downgrade(&self.inner))
     }
 
     /// Nesting depth: 0 for a root.
@@ -391,15 +471,36 @@ impl Context {
         items.get(start..).map(<[Item]>::to_vec).unwrap_or_default()
     }
 
+    /// Takes the whole log out of the context (a session turn's context, once the turn has ended).
+    pub(crate) fn take_items(&self) -> Vec<Item> {
+        std::mem::take(&mut *lock(&self.inner.items))
+    }
+
+    /// Whether the newest assistant message of the log has exactly `text` (a previous `call_model`'s
+    /// answer, which a following step must not be sent again).
+    pub(crate) fn newest_assistant_text_is(&self, text: &str) -> bool {
+        lock(&self.inner.items)
+            .iter()
+            .rev()
+            .find(|item| item.role() == Some(crate::item::Role::Assistant))
+            .and_then(Item::text)
+            .is_some_and(|newest| newest == text)
+    }
+
     /// The number of items in the log.
     pub fn item_count(&self) -> usize {
         lock(&self.inner.items).len()
     }
 
-    /// Appends an item to the log, emits `item_appended` and calls the layers' `on_item_append`.
+    /// Appends an item to the log, emits `item_appended` and calls the layers' `on_item_append`. In a
+    /// session turn, the item also joins the turn's transcript, so it reaches the session history
+    /// whichever context of the turn (root, spawned child, parallel path) appended it.
     pub fn append_item(&self, item: Item) {
         if self.inner.sink.is_some() {
             self.emit(FrameworkEvent::ItemAppended { item: item.clone() });
+        }
+        if let Some(transcript) = &self.inner.transcript {
+            transcript.record(&item);
         }
         if !self.inner.has_layers.load(Ordering::Relaxed) {
             lock(&self.inner.items).push(item);
@@ -517,6 +618,35 @@ impl Context {
     pub fn emit_stream(&self, event: StreamEvent) {
         if let Some(sink) = &self.inner.sink {
             sink.emit(event);
+        }
+    }
+}
+
+/// A [`Context`] handle that does not keep it alive (a parent's list of children to close).
+pub(crate) struct WeakContext(Weak<ContextInner>);
+
+impl WeakContext {
+    /// The context, if it is still alive.
+    pub(crate) fn upgrade(&self) -> Option<Context> {
+        self.0.upgrade().map(|inner| Context { inner })
+    }
+
+    /// Whether this is a handle to `ctx`.
+    pub(crate) fn is(&self, ctx: &Context) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&ctx.inner))
+    }
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        let open = self.layer_life.open_layers();
+        if open > 0 {
+            // Async hooks cannot run here: say what was lost, so the missing close can be found.
+            tracing::warn!(
+                context = %self.id,
+                layers = open,
+                "context dropped without AgentHarness::close_context: its layers' on_complete and dispose never ran"
+            );
         }
     }
 }

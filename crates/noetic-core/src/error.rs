@@ -31,7 +31,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("MISSING_MODEL", "A `call_model` step has a blank model id."),
     (
         "INVALID_STEP",
-        "A step graph is malformed (blank step id, empty loop or sequence body).",
+        "A step graph is malformed (blank step id, empty loop or sequence body, a retry policy of 0 attempts).",
     ),
     (
         "STEP_FAILED",
@@ -59,7 +59,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "FORK_PARTIAL",
-        "An `in_parallel` step in `all` mode had a failing path, or every `race` path failed.",
+        "An `in_parallel` step in `all` mode had a failing path, or every `race` path failed (paths stopped because of it are listed as cancelled).",
     ),
     (
         "CHANNEL_TIMEOUT",
@@ -91,7 +91,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "CONNECTION_UNSATISFIED",
-        "A step needs an operation that a named connection lacks.",
+        "A step needs an operation of a connection that is not registered, or that lacks it (the message says which).",
     ),
     (
         "CHECKPOINT_SCHEMA_MISMATCH",
@@ -223,14 +223,23 @@ pub enum Error {
     },
 
     /// Parallel paths failed.
-    #[error("step `{step_id}`: {} of {} parallel paths failed", failed.len(), failed.len() + succeeded.len())]
+    #[error(
+        "step `{step_id}`: {} of {} parallel paths failed{}",
+        failed.len(),
+        succeeded.len() + failed.len() + cancelled.len(),
+        if cancelled.is_empty() { String::new() } else { format!(", {} cancelled", cancelled.len()) }
+    )]
     ForkPartial {
         /// The `in_parallel` step's id.
         step_id: String,
         /// Indexes of paths that succeeded.
         succeeded: Vec<usize>,
-        /// Indexes of failed paths with their errors.
+        /// Indexes of paths that failed, with their errors.
         failed: Vec<(usize, Box<Error>)>,
+        /// Indexes of paths that did not finish because a sibling's outcome ended the step (stopped
+        /// mid-way or never started), or that ended `CANCELLED` themselves, with their `CANCELLED`
+        /// errors.
+        cancelled: Vec<(usize, Box<Error>)>,
     },
 
     /// A channel operation timed out.
@@ -292,13 +301,23 @@ pub enum Error {
         message: String,
     },
 
-    /// A connection lacks an operation a step needs.
-    #[error("connection `{connection}` lacks operation `{operation}`")]
+    /// A step needs an operation of a connection that is not registered, or that lacks it.
+    #[error(
+        "connection `{connection}` {}",
+        if *registered {
+            format!("lacks operation `{operation}`")
+        } else {
+            format!("is not registered (step needs its operation `{operation}`)")
+        }
+    )]
     ConnectionUnsatisfied {
         /// The connection's name.
         connection: String,
-        /// The missing operation.
+        /// The operation the step needs.
         operation: String,
+        /// Whether a connection of that name is registered (then it lacks the operation); `false`
+        /// when none is.
+        registered: bool,
     },
 
     /// A checkpoint has an unknown schema version.

@@ -1,7 +1,7 @@
 //! The [`AgentHarness`]: holds the agent graph, providers, tools, layers and hooks, creates contexts
 //! and runs step trees on them. Its session surface (`execute`, streams, …) is in [`crate::session`].
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
 use crate::model::ModelProvider;
 use crate::session::{DeliveryMode, OnSteer, Sessions, Steer, SteerDecision, SteerPoint};
-use crate::step::{Step, StepRef, decode, encode, execute};
+use crate::step::{Origin, Step, StepRef, decode, encode, execute};
 use crate::tool::Tool;
 use crate::workflow::WorkflowRegistry;
 use crate::{Error, Result};
@@ -33,7 +33,7 @@ pub struct AgentHarness {
 
 struct HarnessInner {
     name: String,
-    agent_graph: Option<Arc<crate::step::StepNode>>,
+    agent_graph: Option<(Arc<crate::step::StepNode>, GraphTypes)>,
     params: Arc<dyn Any + Send + Sync>,
     providers: Vec<(String, Arc<dyn ModelProvider>)>,
     defaults: CallModelDefaults,
@@ -135,11 +135,38 @@ impl std::fmt::Debug for AgentHooks {
     }
 }
 
+/// The input and output types an agent graph was built with, so that asking for it with other types
+/// is an error instead of a surprise at run time.
+#[derive(Debug, Clone, Copy)]
+struct GraphTypes {
+    input: (TypeId, &'static str),
+    output: (TypeId, &'static str),
+}
+
+impl GraphTypes {
+    fn of<I: 'static, O: 'static>() -> Self {
+        GraphTypes {
+            input: (TypeId::of::<I>(), std::any::type_name::<I>()),
+            output: (TypeId::of::<O>(), std::any::type_name::<O>()),
+        }
+    }
+
+    /// Whether a graph of these types may be handed out as `requested`: each side must be the same
+    /// type, unless either is `serde_json::Value`, which every step value converts to and from.
+    fn admits(&self, requested: &GraphTypes) -> bool {
+        let value = TypeId::of::<Value>();
+        let side = |graph: (TypeId, &str), asked: (TypeId, &str)| {
+            graph.0 == asked.0 || graph.0 == value || asked.0 == value
+        };
+        side(self.input, requested.input) && side(self.output, requested.output)
+    }
+}
+
 /// Builds an [`AgentHarness`]; see [`AgentHarness::builder`].
 #[must_use = "call .build() to get the harness"]
 pub struct AgentHarnessBuilder {
     name: String,
-    agent_graph: Option<Arc<crate::step::StepNode>>,
+    agent_graph: Option<(Arc<crate::step::StepNode>, GraphTypes)>,
     params: Arc<dyn Any + Send + Sync>,
     providers: Vec<(String, Arc<dyn ModelProvider>)>,
     defaults: CallModelDefaults,
@@ -195,16 +222,34 @@ impl AgentHarness {
         self.inner.params.downcast_ref::<P>()
     }
 
-    /// The agent graph, when one was configured.
+    /// The agent graph, when one was configured, as a `Step<I, O>`.
+    ///
+    /// `I` and `O` must be the types the graph was built with, except that `serde_json::Value` on
+    /// either side matches any type: a JSON workflow's graph (`Value → Value`) can be asked for as
+    /// `Step<String, String>`, and any graph as `Step<Value, Value>`. The values are then converted
+    /// by serde when the graph runs (a mismatch there is `STEP_FAILED`, type mismatch).
     ///
     /// # Errors
-    /// [`Error::NoStepConfigured`] when none was.
-    pub fn agent_graph<I, O>(&self) -> Result<Step<I, O>> {
-        self.inner
+    /// [`Error::NoStepConfigured`] when none was; [`Error::InvalidArgument`] naming both pairs of
+    /// types when `I` or `O` differs from the graph's.
+    pub fn agent_graph<I: 'static, O: 'static>(&self) -> Result<Step<I, O>> {
+        let (node, types) = self
+            .inner
             .agent_graph
             .as_ref()
-            .map(|node| Step::from_arc(node.clone()))
-            .ok_or(Error::NoStepConfigured)
+            .ok_or(Error::NoStepConfigured)?;
+        let requested = GraphTypes::of::<I, O>();
+        if !types.admits(&requested) {
+            return Err(Error::InvalidArgument {
+                argument: "agent_graph",
+                message: format!(
+                    "the agent graph is a `Step<{}, {}>`, not the requested `Step<{}, {}>` \
+                     (`serde_json::Value` on either side matches any type)",
+                    types.input.1, types.output.1, requested.input.1, requested.output.1
+                ),
+            });
+        }
+        Ok(Step::from_arc(node.clone()))
     }
 
     /// A new root context (or a child, with `options.parent`).
@@ -214,9 +259,11 @@ impl AgentHarness {
 
     /// Runs a step tree on `ctx` and returns its output.
     ///
-    /// The outermost run on a context tree initializes the context's layers first and, when it ends
-    /// however it ends, calls their `on_complete` and `dispose` (see [`crate::layer`]); nested runs on the
-    /// same tree do neither.
+    /// Before anything runs, the context's layers that are not initialized on it yet get `init`: once
+    /// per context, so repeated and nested runs on the same context never re-initialize. Nothing is
+    /// completed when the run ends: the layers' `on_complete` and `dispose` run when the context is
+    /// closed with [`AgentHarness::close_context`] (see [`crate::layer`]), which reports how the last
+    /// run ended.
     ///
     /// # Errors
     /// The step's error; [`Error::InvalidStep`] or [`Error::MissingModel`] before anything runs when the
@@ -225,8 +272,8 @@ impl AgentHarness {
     ///
     /// # Cancel safety
     /// Dropping the future stops the tree at its current await point; spend already charged stays on the
-    /// context, and the layers' `on_complete` / `dispose` do not run. Abort the context instead to let
-    /// steps observe `CANCELLED` and layers complete with `Outcome::Aborted`.
+    /// context, and the run's outcome is not recorded for `close_context`. Abort the context instead to
+    /// let steps observe `CANCELLED`.
     pub async fn run<I: Serialize, O: DeserializeOwned>(
         &self,
         step: &Step<I, O>,
@@ -239,15 +286,32 @@ impl AgentHarness {
         // The outermost run() on a root bounds its execution for channel handles: when it ends, however
         // it ends, external handles close; nested runs on the root and runs on children close nothing.
         let _channels = crate::channel::RunGuard::enter(ctx);
-        // The outermost run on a tree also bounds its layers' lifecycle: `init` once per context
-        // before anything runs, `on_complete` + `dispose` when it ends.
-        let execution = crate::layer::lifecycle::Execution::enter(ctx);
         let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
-            Ok(()) => execute(&step.node, input, false, ctx).await,
+            Ok(()) => execute(&step.node, input, Origin::Root, ctx).await,
             Err(error) => Err(error),
         };
-        execution.finish(ctx, &result).await;
+        crate::layer::lifecycle::finished(ctx, &result);
         decode(step.id(), "output", result?)
+    }
+
+    /// Ends a context's execution: its layers get `on_complete` and then `dispose` — first those of its
+    /// descendants that are still open (children made by hand with `ContextOptions::parent`; `spawn`
+    /// and parallel paths close their own), then its own, in reverse slot order.
+    ///
+    /// The outcome is `Aborted` when the context was aborted, else that of the last `run()` on it
+    /// (`Success` when none finished). Closing a closed context does nothing; a later `run()` on it
+    /// initializes its layers again (a new execution). Close a context once its runs have ended.
+    ///
+    /// A context dropped without being closed never completes its layers (async hooks cannot run on
+    /// drop), and a warning is logged. Session turns need none of this: each turn's context is closed
+    /// when the turn ends.
+    ///
+    /// # Cancel safety
+    /// Dropping the future mid-way leaves the hooks not yet called uncalled; the context counts as
+    /// closed.
+    pub async fn close_context(&self, ctx: &Context) {
+        let outcome = crate::layer::lifecycle::closing_outcome(ctx);
+        crate::layer::lifecycle::close(ctx, outcome).await;
     }
 
     /// The storage adapter (an [`InMemoryStorage`] unless the builder was given one).
@@ -291,7 +355,10 @@ impl AgentHarness {
     }
 
     pub(crate) fn agent_graph_node(&self) -> Option<Arc<crate::step::StepNode>> {
-        self.inner.agent_graph.clone()
+        self.inner
+            .agent_graph
+            .as_ref()
+            .map(|(node, _)| node.clone())
     }
 
     pub(crate) fn sessions(&self) -> &Sessions {
@@ -384,9 +451,10 @@ impl std::fmt::Debug for AgentHarness {
 }
 
 impl AgentHarnessBuilder {
-    /// The agent graph that `execute()` runs.
-    pub fn agent_graph<I, O>(mut self, step: impl Into<Step<I, O>>) -> Self {
-        self.agent_graph = Some(step.into().node);
+    /// The agent graph that `execute()` runs. Its input and output types are recorded for
+    /// [`AgentHarness::agent_graph`].
+    pub fn agent_graph<I: 'static, O: 'static>(mut self, step: impl Into<Step<I, O>>) -> Self {
+        self.agent_graph = Some((step.into().node, GraphTypes::of::<I, O>()));
         self
     }
 
@@ -482,7 +550,7 @@ impl AgentHarnessBuilder {
     /// # Errors
     /// [`Error::InvalidStep`] or [`Error::MissingModel`] when the agent graph is malformed.
     pub fn build(self) -> Result<AgentHarness> {
-        if let Some(graph) = &self.agent_graph {
+        if let Some((graph, _)) = &self.agent_graph {
             graph.validate()?;
         }
         Ok(AgentHarness {

@@ -20,6 +20,16 @@ use crate::model::ToolSpec;
 use crate::{Error, Result};
 
 /// A tool the model can call. Cheap to clone.
+///
+/// # Cancellation
+/// A tool's future is dropped when the context it runs on is cancelled (`abort()`, an `interrupt`,
+/// a parent's abort, a `spawn` timeout, a losing `race` path): a tool never holds up a cancelled run,
+/// even one that ignores cancellation. The tool is polled first, so a tool that watches
+/// `tool_ctx.ctx.cancelled()` and returns at once still has its own output recorded; otherwise the
+/// call's output is `Tool call aborted: the run was cancelled while the tool was running.` (A parallel
+/// path stopped by its step is dropped as a whole, its tools with it.) What the tool
+/// did before it was dropped stays done: put cleanup that must happen in a `Drop` guard, or do it
+/// synchronously when the cancellation signal fires — there is no later poll to await it in.
 #[derive(Clone)]
 pub struct Tool {
     inner: Arc<ToolInner>,
@@ -42,7 +52,9 @@ struct ToolInner {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ToolContext {
-    /// The calling context (spawn children from it, read its state and params).
+    /// The calling context (spawn children from it, read its state and params). Its
+    /// [`Context::cancelled`] fires when the call is being cancelled; see [`Tool`]'s cancellation
+    /// contract.
     pub ctx: Context,
     /// The call id the model gave this call.
     pub call_id: String,
@@ -264,7 +276,8 @@ impl Tool {
     /// Runs the body with already validated arguments.
     ///
     /// # Cancel safety
-    /// Dropping the future drops the tool's body mid-way; what it had done stays done.
+    /// Dropping the future drops the tool's body mid-way; what it had done stays done. Model calls and
+    /// `invoke_tool` drop it when the calling context is cancelled (see [`Tool`]).
     pub fn call(
         &self,
         arguments: Value,

@@ -1,165 +1,197 @@
-//! The layer lifecycle of one execution: `init` once per (context, layer), `on_complete` + `dispose`
-//! when the outermost run or session turn ends.
+//! The layer lifecycle of a context: `init` once per (context, layer), `on_complete` + `dispose` once,
+//! when the context is closed.
 //!
-//! The bookkeeping lives on the root context ([`LayerRuns`]): a count of runs in progress on the tree
-//! (nested `run()` calls included), the (context id, layer) pairs already initialized, and the entries to
-//! complete and dispose. The outermost run's [`Execution`] guard completes them; if the run's future is
-//! dropped instead, the guard only forgets them (async hooks cannot run in `Drop`).
+//! Each context carries its own bookkeeping ([`LayerLife`]): the layers initialized on it and not yet
+//! completed, the descendants that have layers of their own to complete, and how the last run on it
+//! ended. `run()` initializes what is new and records the outcome; it completes nothing, so repeated
+//! runs on one context never re-initialize. [`close`] completes a context: first its open descendants
+//! (the latest first), then its own layers (`on_complete` in reverse slot order, then `dispose` in the
+//! same order). It is the one teardown every ending goes through: `AgentHarness::close_context`, the end
+//! of a session turn, the end of the `spawn` or parallel path that made a child context (and, later,
+//! `cancel(&ctx, ..)`).
+//!
+//! Descendants are held weakly: a parent never keeps a child alive. A context dropped without being
+//! closed never runs its layers' `on_complete` / `dispose` (async hooks cannot run in `Drop`); a
+//! warning is logged.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures_util::future::BoxFuture;
 
 use super::{ContextLayer, LayerCtx, Outcome, by_slot};
 use crate::Result;
-use crate::context::Context;
+use crate::context::{Context, WeakContext};
 
-/// The layer bookkeeping a root context carries (children use their root's).
+/// The layer bookkeeping of one context.
 #[derive(Default)]
-pub(crate) struct LayerRuns {
-    state: Mutex<RunsState>,
+pub(crate) struct LayerLife {
+    state: Mutex<LifeState>,
 }
 
 #[derive(Default)]
-struct RunsState {
-    /// Runs in progress on the tree.
-    depth: usize,
-    /// (context id, layer address) pairs initialized in the current execution.
-    seen: HashSet<(String, usize)>,
-    /// What to complete and dispose, in registration order.
-    entries: Vec<Entry>,
+struct LifeState {
+    /// Layers initialized on this context and not completed yet, in init order.
+    initialized: Vec<Arc<dyn ContextLayer>>,
+    /// Children with layers (theirs or their descendants') to complete, in registration order.
+    children: Vec<WeakContext>,
+    /// Whether this context is listed in its parent's `children`.
+    registered: bool,
+    /// How the last run on this context ended.
+    outcome: Option<Outcome>,
 }
 
-struct Entry {
-    ctx: Context,
-    layer: Arc<dyn ContextLayer>,
-}
-
-fn lock(runs: &LayerRuns) -> MutexGuard<'_, RunsState> {
-    // Every critical section is a counter update or a push/take, so a poisoned lock is still consistent.
-    runs.state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn address(layer: &Arc<dyn ContextLayer>) -> usize {
-    Arc::as_ptr(layer) as *const () as usize
-}
-
-/// One `run()` (or session turn) in progress on a context tree.
-pub(crate) struct Execution {
-    root: Context,
-    finished: bool,
-}
-
-impl Execution {
-    /// Counts a run on `ctx`'s tree.
-    pub(crate) fn enter(ctx: &Context) -> Self {
-        let root = ctx.root().clone();
-        lock(root.layer_runs()).depth += 1;
-        Execution {
-            root,
-            finished: false,
-        }
+impl LayerLife {
+    fn lock(&self) -> MutexGuard<'_, LifeState> {
+        // Every critical section is a push, a take or an assignment, so a poisoned lock is consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Ends the run: when it is the outermost one, runs `on_complete` with the outcome of `result` and
-    /// then `dispose` on every layer initialized during the execution (children first, reverse slot
-    /// order). Hook errors are logged only.
-    pub(crate) async fn finish<T>(mut self, ctx: &Context, result: &Result<T>) {
-        self.finished = true;
-        let entries = leave(&self.root);
-        if entries.is_empty() {
-            return;
-        }
-        let outcome = match result {
-            Ok(_) => Outcome::Success,
-            Err(error) if error.is_cancelled() || ctx.aborted() => Outcome::Aborted,
-            Err(_) => Outcome::Failure,
-        };
-        for (context, layers) in completion_order(entries) {
-            for layer in &layers {
-                if let Err(error) = layer
-                    .on_complete(LayerCtx::new(&context, layer.id()), outcome)
-                    .await
-                {
-                    tracing::warn!(layer = layer.id(), %error, "layer on_complete failed");
-                }
-            }
-            for layer in &layers {
-                layer.dispose(LayerCtx::new(&context, layer.id())).await;
-            }
-        }
+    /// How many layers are initialized and not completed (what a drop without close loses).
+    pub(crate) fn open_layers(&self) -> usize {
+        self.lock().initialized.len()
     }
 }
 
-impl Drop for Execution {
-    fn drop(&mut self) {
-        if !self.finished {
-            // Dropped mid-run: the hooks cannot run here; forget the entries so the contexts they hold
-            // (which hold the root) are freed.
-            drop(leave(&self.root));
-        }
+fn address(layer: &Arc<dyn ContextLayer>) -> *const () {
+    Arc::as_ptr(layer) as *const ()
+}
+
+/// How a run that returned `result` on `ctx` ended, for `on_complete`.
+pub(crate) fn outcome_of<T>(ctx: &Context, result: &Result<T>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Success,
+        Err(error) if error.is_cancelled() || ctx.aborted() => Outcome::Aborted,
+        Err(_) => Outcome::Failure,
     }
 }
 
-/// Counts a run out; returns the entries to complete when it was the outermost one.
-fn leave(root: &Context) -> Vec<Entry> {
-    let mut state = lock(root.layer_runs());
-    state.depth = state.depth.saturating_sub(1);
-    if state.depth > 0 {
-        return Vec::new();
-    }
-    state.seen.clear();
-    std::mem::take(&mut state.entries)
+/// Records how a run on `ctx` ended; closing the context later reports it.
+pub(crate) fn finished<T>(ctx: &Context, result: &Result<T>) {
+    let outcome = outcome_of(ctx, result);
+    ctx.layer_life().lock().outcome = Some(outcome);
 }
 
-/// Groups entries by context, children (deeper, later) first, each group in reverse slot order.
-fn completion_order(entries: Vec<Entry>) -> Vec<(Context, Vec<Arc<dyn ContextLayer>>)> {
-    let mut groups: Vec<(Context, Vec<Arc<dyn ContextLayer>>)> = Vec::new();
-    for entry in entries {
-        match groups
-            .iter_mut()
-            .find(|(context, _)| context.id() == entry.ctx.id())
-        {
-            Some((_, layers)) => layers.push(entry.layer),
-            None => groups.push((entry.ctx, vec![entry.layer])),
-        }
+/// The outcome `close_context` reports: `Aborted` for an aborted context, else the last run's, else
+/// `Success`.
+pub(crate) fn closing_outcome(ctx: &Context) -> Outcome {
+    if ctx.aborted() {
+        Outcome::Aborted
+    } else {
+        ctx.layer_life().lock().outcome.unwrap_or(Outcome::Success)
     }
-    groups.reverse();
-    groups.sort_by_key(|(context, _)| std::cmp::Reverse(context.depth()));
-    for (_, layers) in &mut groups {
-        *layers = by_slot(layers);
-        layers.reverse();
-    }
-    groups
 }
 
-/// Initializes the layers of `layers` not yet initialized on `ctx` in this execution, in slot order.
+/// Initializes the layers of `layers` not yet initialized on `ctx` (since it was last closed), in slot
+/// order.
 ///
 /// # Errors
-/// The first `init` error.
+/// The first `init` error. The layers marked here still complete when the context is closed.
 pub(crate) async fn init(ctx: &Context, layers: &[Arc<dyn ContextLayer>]) -> Result<()> {
     if layers.is_empty() {
         return Ok(());
     }
     let fresh: Vec<Arc<dyn ContextLayer>> = {
-        let mut state = lock(ctx.root().layer_runs());
+        let mut state = ctx.layer_life().lock();
         let mut fresh = Vec::new();
         for layer in layers {
-            if state.seen.insert((ctx.id().to_owned(), address(layer))) {
-                state.entries.push(Entry {
-                    ctx: ctx.clone(),
-                    layer: layer.clone(),
-                });
+            let known = state
+                .initialized
+                .iter()
+                .any(|known| address(known) == address(layer));
+            if !known {
+                state.initialized.push(layer.clone());
                 fresh.push(layer.clone());
             }
         }
         fresh
     };
+    if fresh.is_empty() {
+        return Ok(());
+    }
+    register(ctx);
     for layer in by_slot(&fresh) {
         layer.init(LayerCtx::new(ctx, layer.id())).await?;
     }
     Ok(())
+}
+
+/// Lists `ctx` in its parent's children, and the parent in its own, up to the first ancestor already
+/// listed: closing any ancestor then reaches it.
+fn register(ctx: &Context) {
+    let mut child = ctx;
+    while let Some(parent) = child.parent() {
+        {
+            let mut state = child.layer_life().lock();
+            if state.registered {
+                return;
+            }
+            state.registered = true;
+        }
+        parent.layer_life().lock().children.push(child.downgrade());
+        child = parent;
+    }
+}
+
+/// Whether closing `ctx` has anything to do.
+pub(crate) fn is_open(ctx: &Context) -> bool {
+    let state = ctx.layer_life().lock();
+    !state.initialized.is_empty() || !state.children.is_empty()
+}
+
+/// Closes `ctx`: its open descendants first (the latest registered first; each with its own outcome
+/// when aborted or run, else `outcome`), then its own layers — `on_complete(outcome)` in reverse slot
+/// order, then `dispose` in the same order. Hook errors are logged only. Closing again does nothing
+/// until layers are initialized again.
+pub(crate) fn close(ctx: &Context, outcome: Outcome) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let (layers, children) = {
+            let mut state = ctx.layer_life().lock();
+            (
+                std::mem::take(&mut state.initialized),
+                std::mem::take(&mut state.children),
+            )
+        };
+        for child in children.iter().rev() {
+            if let Some(child) = child.upgrade() {
+                let child_outcome = if child.aborted() {
+                    Outcome::Aborted
+                } else {
+                    child.layer_life().lock().outcome.unwrap_or(outcome)
+                };
+                close(&child, child_outcome).await;
+            }
+        }
+        complete(ctx, layers, outcome).await;
+        if let Some(parent) = ctx.parent() {
+            parent
+                .layer_life()
+                .lock()
+                .children
+                .retain(|listed| !listed.is(ctx));
+        }
+        ctx.layer_life().lock().registered = false;
+    })
+}
+
+async fn complete(ctx: &Context, layers: Vec<Arc<dyn ContextLayer>>, outcome: Outcome) {
+    if layers.is_empty() {
+        return;
+    }
+    let mut layers = by_slot(&layers);
+    layers.reverse();
+    for layer in &layers {
+        if let Err(error) = layer
+            .on_complete(LayerCtx::new(ctx, layer.id()), outcome)
+            .await
+        {
+            tracing::warn!(layer = layer.id(), %error, "layer on_complete failed");
+        }
+    }
+    for layer in &layers {
+        layer.dispose(LayerCtx::new(ctx, layer.id())).await;
+    }
 }
 
 /// Runs `on_spawn` of the parent's layers (slot order) for a new child.

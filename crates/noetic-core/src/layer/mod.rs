@@ -4,16 +4,20 @@
 //! so a layer implements only what it needs and new hooks never break it. `Option<L>` is a layer (off
 //! when `None`), and so is `Vec<L>` (its members in order), so layers can be switched off and stacked.
 //!
-//! The lifecycle, per context:
-//! - `init` once per context at the start of the outermost `run()` or session turn (and for the layers a
-//!   `spawn(..).layers(..)` or `with_context` attaches, on the context they run on);
+//! The lifecycle, per context (an execution is a context's life, from its first run to its close):
+//! - `init` once per context, before its first `run()` or its session turn (and for the layers a
+//!   `spawn(..).layers(..)` or `with_context` attaches, on the context they run on); repeated runs
+//!   never re-initialize;
 //! - per `call_model` step: `recall` (slot order; the output goes into the request, before or after the
 //!   history by [`Band`], never into the item log), `after_model_call` on each response (allow / deny /
 //!   guide), `store` with the step's new items once its response is accepted;
 //! - `on_item_append` for every item appended to the log; `before_tool_call` and `on_steer` at their
 //!   points; `on_spawn` / `on_return` around a spawned child;
-//! - `on_complete` then `dispose` when the outermost run or turn ends, however it ends (children first,
-//!   reverse slot order).
+//! - `on_complete` then `dispose` when the context is closed: by
+//!   [`AgentHarness::close_context`](crate::AgentHarness::close_context), at the end of its session turn,
+//!   or at the end of the `spawn` / parallel path that made it (open descendants first, reverse slot
+//!   order). A context dropped without being closed never completes its layers (async hooks cannot run
+//!   on drop).
 //!
 //! Layer state lives in the harness's [`crate::adapter::StorageAdapter`] through [`LayerCtx::state_get`]
 //! and [`LayerCtx::state_set`], keyed by [`LayerScope`].
@@ -72,7 +76,8 @@ pub enum Band {
     AfterHistory,
 }
 
-/// How an execution (outermost run or session turn) ended, for [`ContextLayer::on_complete`].
+/// How an execution ended, for [`ContextLayer::on_complete`]: the last run on the context (or the
+/// session turn, or the spawned child's step), `Aborted` for an aborted context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
@@ -139,8 +144,8 @@ pub struct ToolCallView<'a> {
 ///
 /// # Cancel safety
 /// Hooks returning futures are awaited by the interpreter, which holds no lock across them. When a run
-/// is dropped mid-hook, the rest of that hook (and of the execution's `on_complete` / `dispose`) never
-/// runs: write state so that a half-run hook leaves it consistent.
+/// is dropped mid-hook, the rest of that hook never runs, and a context dropped without being closed
+/// never gets `on_complete` / `dispose`: write state so that a half-run hook leaves it consistent.
 pub trait ContextLayer: Send + Sync + 'static {
     /// The layer's id, unique within a context (and the namespace of its state).
     fn id(&self) -> &str;
@@ -160,7 +165,8 @@ pub trait ContextLayer: Send + Sync + 'static {
         0
     }
 
-    /// Called once per context before the layer's first use in an execution (load state here).
+    /// Called once per context before the layer's first use on it (load state here); repeated runs on
+    /// the context do not call it again until the context is closed.
     ///
     /// # Errors
     /// An error fails the run (or the `spawn` / `with_context` step that attached the layer) before
@@ -261,7 +267,8 @@ pub trait ContextLayer: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
-    /// Called when the outermost run or session turn ends, with how it ended.
+    /// Called once when the context is closed (`AgentHarness::close_context`, the end of a session
+    /// turn, the end of the `spawn` that made the child), with how its execution ended.
     ///
     /// # Errors
     /// An error is logged only.

@@ -12,17 +12,22 @@ use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{DEFAULT_EVENT_CAPACITY, EventBus, Subscription};
 use super::steer::{Steer, SteerInbox};
-use crate::context::{Context, ContextOptions};
+use crate::context::{Context, ContextOptions, Transcript};
 use crate::event::{FrameworkEvent, StreamEvent};
 use crate::harness::AgentHarness;
 use crate::item::Item;
-use crate::step::{StepNode, execute};
+use crate::step::{Origin, StepNode, execute};
 use crate::usage::Spend;
 use crate::{Error, Result};
 
 /// The output given to a function call that never ran because its turn ended.
 pub(crate) const ABORTED_CALL_OUTPUT: &str =
     "Tool call not run: the turn was aborted before it ran.";
+
+/// The output given to a function call of a completed turn that never finished because the context
+/// that made it (a losing `race` path, a path stopped by a failing sibling) was stopped first.
+pub(crate) const CANCELLED_CALL_OUTPUT: &str =
+    "Tool call cancelled before it finished: its part of the turn was stopped.";
 
 /// A queued message.
 #[derive(Debug, Clone)]
@@ -239,7 +244,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
     // The batch is taken and the turn marked running under one lock: a message sent meanwhile either
     // is in the batch or meets the running turn (a steer joins it, an interrupt aborts it), never a
     // turn that is about to start without it.
-    let (turn_id, started, inbox, ctx, message_ids, inputs) = {
+    let (turn_id, started, inbox, ctx, message_ids, inputs, transcript, history_start, turn_start) = {
         let mut state = session.state();
         if state.queue.is_empty() {
             state.runner_active = false;
@@ -253,18 +258,23 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         let batch: Vec<Message> = state.queue.drain(..).collect();
         let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
         let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
-        let inputs: Vec<Item> = batch
+        let inputs: Arc<[Item]> = batch
             .into_iter()
             .flat_map(|message| message.items)
             .collect();
+        let history_start = state.history.len();
         let mut items = state.history.clone();
         items.extend(inputs.iter().cloned());
+        // Where the turn's own items start in its root log: after the history and the messages.
+        let turn_start = items.len();
+        let transcript = Arc::new(Transcript::default());
         let mut options = ContextOptions::new()
             .thread_id(session.thread_id.clone())
             .items(items);
         options.resource_id = resource_id;
         options.event_sink = Some(session.bus.clone());
         options.steers = Some(inbox.clone());
+        options.transcript = Some(transcript.clone());
         let ctx = harness.create_context(options);
         state.running = Some(Running {
             turn_id: turn_id.clone(),
@@ -273,7 +283,17 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
             started_at: SystemTime::now(),
             aborting: false,
         });
-        (turn_id, started, inbox, ctx, message_ids, inputs)
+        (
+            turn_id,
+            started,
+            inbox,
+            ctx,
+            message_ids,
+            inputs,
+            transcript,
+            history_start,
+            turn_start,
+        )
     };
     session
         .bus
@@ -281,25 +301,35 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
             turn_id: turn_id.clone(),
             message_ids,
         }));
-    for item in inputs {
+    for item in inputs.iter() {
         session
             .bus
             .publish(StreamEvent::Framework(FrameworkEvent::ItemAppended {
-                item,
+                item: item.clone(),
             }));
     }
+    // The graph's root input: the text of the turn's messages, which are already in the log. Marked
+    // as the turn's messages, it is not appended again, and a spawn handed it starts its child with
+    // the messages themselves (roles and parts as sent).
+    let text = inputs
+        .iter()
+        .filter_map(Item::text)
+        .filter(|text| !text.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
 
     // The same protocol as `AgentHarness::run`: connection needs checked before anything runs, and the
     // turn's root channels closed for host handles when it ends.
     let result = match crate::connection::check(harness, graph) {
         Ok(()) => {
             let _channels = crate::channel::RunGuard::enter(&ctx);
-            let execution = crate::layer::lifecycle::Execution::enter(&ctx);
             let result = match crate::layer::lifecycle::init(&ctx, &ctx.layers()).await {
-                Ok(()) => execute(graph, Value::String(String::new()), false, &ctx).await,
+                Ok(()) => execute(graph, Value::String(text), Origin::Turn(inputs), &ctx).await,
                 Err(error) => Err(error),
             };
-            execution.finish(&ctx, &result).await;
+            // One context per turn: the turn's end closes it (its layers complete, children first).
+            let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
+            crate::layer::lifecycle::close(&ctx, outcome).await;
             result
         }
         Err(error) => Err(error),
@@ -314,7 +344,9 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         // queued, never left in an inbox nobody reads.
         let held = inbox.drain();
         state.spend += ctx.spend();
-        let mut history = ctx.items();
+        // The history before the turn, its messages, then everything appended in any context of the
+        // turn (root and children), in order.
+        let mut history = transcript.assemble(ctx.take_items(), turn_start);
         // Steers still held were never seen by the model: they start the next turn, in order.
         for steer in held.into_iter().rev() {
             state.queue.push_front(Message {
@@ -326,6 +358,9 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         }
         let event = match result {
             Ok(output) => {
+                // A cancelled child (a losing race path) may have left calls it never ran; earlier turns'
+                // calls were answered when they ended.
+                answer_unanswered_calls(&mut history, history_start, CANCELLED_CALL_OUTPUT);
                 let spend = ctx.spend();
                 let response = HarnessResponse {
                     items: history.clone(),
@@ -350,7 +385,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
                 }
             }
             Err(error) => {
-                answer_unanswered_calls(&mut history);
+                answer_unanswered_calls(&mut history, 0, ABORTED_CALL_OUTPUT);
                 state.history = history;
                 let event = FrameworkEvent::TurnAborted {
                     turn_id,
@@ -369,23 +404,27 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
     true
 }
 
-/// Gives every function call without an output an output saying the turn ended first, so the history
-/// stays valid for every provider.
-fn answer_unanswered_calls(history: &mut Vec<Item>) {
-    let answered: HashSet<String> = history
+/// Gives every function call from `history[from..]` without an output the output `text` (saying why it
+/// never ran), so the history stays valid for every provider.
+fn answer_unanswered_calls(history: &mut Vec<Item>, from: usize, text: &str) {
+    let scanned = history.get(from..).unwrap_or_default();
+    if !scanned.iter().any(|item| item.as_function_call().is_some()) {
+        return;
+    }
+    let answered: HashSet<&str> = scanned
         .iter()
         .filter_map(|item| match item {
-            Item::FunctionCallOutput(output) => Some(output.call_id.clone()),
+            Item::FunctionCallOutput(output) => Some(output.call_id.as_str()),
             _ => None,
         })
         .collect();
-    let missing: Vec<String> = history
+    let missing: Vec<String> = scanned
         .iter()
         .filter_map(Item::as_function_call)
-        .filter(|call| !answered.contains(&call.call_id))
+        .filter(|call| !answered.contains(call.call_id.as_str()))
         .map(|call| call.call_id.clone())
         .collect();
     for call_id in missing {
-        history.push(Item::function_call_output(call_id, ABORTED_CALL_OUTPUT));
+        history.push(Item::function_call_output(call_id, text));
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Step, StepBody, StepNode, decode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, decode, execute as execute_step};
 use crate::Result;
 use crate::context::Context;
 
@@ -47,14 +47,14 @@ where
 pub(crate) async fn execute(
     spec: &ConditionalSpec,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     match (spec.route)(&input, ctx)? {
         Some(next) => {
             // The routed step was not part of the tree checked before the run: check it now.
             next.validate()?;
-            execute_step(&next, input, fed_back, ctx).await
+            execute_step(&next, input, origin, ctx).await
         }
         None => Ok(input),
     }

@@ -6,8 +6,8 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::{
-    StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel, run_code,
-    schedule, spawn, with_context,
+    Origin, StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel,
+    run_code, schedule, spawn, with_context,
 };
 use crate::context::{Context, MAX_DEPTH};
 use crate::error::StepFailure;
@@ -19,12 +19,12 @@ use crate::{Error, Result};
 /// Order: refuse depth ≥ 64; `CANCELLED` if aborted; count the step; `hooks.before_step`;
 /// `step_started`; dispatch; `step_completed`; `hooks.after_step` with the result.
 ///
-/// `fed_back` marks an input that a loop fed back from its previous iteration's output: a `call_model`
-/// receiving it does not append it as a user message.
+/// `origin` says where the input came from (see [`Origin`]): only a root input becomes a user message
+/// in a `call_model`, and a session turn's messages reach a spawned child.
 pub(crate) fn execute<'a>(
     node: &'a Arc<StepNode>,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &'a Context,
 ) -> BoxFuture<'a, Result<Value>> {
     Box::pin(async move {
@@ -54,15 +54,15 @@ pub(crate) fn execute<'a>(
         let id = node.id.as_str();
         let output = match &node.body {
             StepBody::RunCode(spec) => run_code::execute(id, spec, input, ctx).await,
-            StepBody::CallModel(spec) => call_model::execute(id, spec, input, fed_back, ctx).await,
+            StepBody::CallModel(spec) => call_model::execute(id, spec, input, &origin, ctx).await,
             StepBody::InvokeTool(spec) => invoke_tool::execute(id, spec, input, ctx).await,
-            StepBody::Conditional(spec) => conditional::execute(spec, input, fed_back, ctx).await,
-            StepBody::InParallel(spec) => parallel::execute(id, spec, input, fed_back, ctx).await,
-            StepBody::Spawn(spec) => spawn::execute(id, spec, input, ctx).await,
-            StepBody::WithContext(spec) => with_context::execute(spec, input, fed_back, ctx).await,
-            StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, fed_back, ctx).await,
-            StepBody::Sequence(body) => loop_step::run_body(body, input, fed_back, ctx).await,
-            StepBody::Schedule(spec) => schedule::execute(id, spec, input, fed_back, ctx).await,
+            StepBody::Conditional(spec) => conditional::execute(spec, input, origin, ctx).await,
+            StepBody::InParallel(spec) => parallel::execute(id, spec, input, origin, ctx).await,
+            StepBody::Spawn(spec) => spawn::execute(id, spec, input, origin, ctx).await,
+            StepBody::WithContext(spec) => with_context::execute(spec, input, origin, ctx).await,
+            StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, origin, ctx).await,
+            StepBody::Sequence(body) => loop_step::run_body(body, input, origin, ctx).await,
+            StepBody::Schedule(spec) => schedule::execute(id, spec, input, origin, ctx).await,
         }?;
         if emit && ctx.has_event_sink() {
             ctx.emit(FrameworkEvent::StepCompleted {

@@ -7,6 +7,7 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::call_model::{ABORTED_WHILE_RUNNING, until_cancelled};
 use super::{Step, StepBody, StepNode};
 use crate::context::Context;
 use crate::error::StepFailure;
@@ -28,7 +29,9 @@ pub struct InvokeToolBuilder<I, O> {
 }
 
 /// A step that runs `tool` with its input as arguments (an object), preset arguments taking precedence.
-/// Invalid arguments or a failing tool fail the step with `STEP_FAILED`.
+/// Invalid arguments or a failing tool fail the step with `STEP_FAILED`. When the context is cancelled
+/// while the tool runs, the tool's future is dropped and the step fails with `CANCELLED` (see
+/// [`Tool`]'s cancellation contract).
 pub fn invoke_tool<I, O>(id: impl Into<String>, tool: Tool) -> InvokeToolBuilder<I, O> {
     InvokeToolBuilder {
         id: id.into(),
@@ -106,16 +109,22 @@ pub(crate) async fn execute(
         call_id: step_id.to_owned(),
         tool_name: tool.name().to_owned(),
     };
-    let outcome = AssertUnwindSafe(tool.call(arguments, tool_ctx))
-        .catch_unwind()
-        .await;
+    let outcome = until_cancelled(
+        ctx,
+        AssertUnwindSafe(tool.call(arguments, tool_ctx)).catch_unwind(),
+    )
+    .await;
     let (result, output) = match outcome {
-        Ok(Ok(value)) => {
+        None => (
+            Err(Error::cancelled(ctx.abort_reason())),
+            ABORTED_WHILE_RUNNING.to_owned(),
+        ),
+        Some(Ok(Ok(value))) => {
             let text = output_text(&value);
             (Ok(value), text)
         }
-        Ok(Err(error)) => (Err(fail(error.to_string())), format!("Error: {error}")),
-        Err(_) => (
+        Some(Ok(Err(error))) => (Err(fail(error.to_string())), format!("Error: {error}")),
+        Some(Err(_)) => (
             Err(fail("tool panicked".to_owned())),
             "Error: tool panicked".to_owned(),
         ),

@@ -2,9 +2,12 @@
 //!
 //! A loop runs its body (a sequence: each step's output is the next one's input) until its [`Until`]
 //! says stop, at most `max_iterations` times (default 1000; passing it is an error, not a quiet stop).
-//! The next iteration's input is `prepare_next(output, verdict, ctx)` when given; otherwise the output is
-//! fed back, marked as fed back so that a `call_model` does not append it as a user message: a loop never
-//! invents user messages, and the next iteration continues from the item log as it stands.
+//! The next iteration's input is `prepare_next(output, verdict, ctx)` when given (a root input, like
+//! `run()`'s: a `call_model` appends a non-empty string as a user message); otherwise the output is fed
+//! back, marked so that a `call_model` neither appends nor sends it: a loop never invents user
+//! messages, and the next iteration continues from the item log as it stands. Within the body (and a
+//! sequence), only the first step sees where the loop's input came from; each later step gets the
+//! previous one's output as forwarded input (see `Origin::Forwarded`).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{Step, StepBody, StepNode, decode, encode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, decode, encode, execute as execute_step};
 use crate::context::Context;
 use crate::error::StepFailure;
 use crate::until::{LoopSnapshot, Until, Verdict};
@@ -137,7 +140,7 @@ pub(crate) async fn execute_loop(
     step_id: &str,
     spec: &LoopSpec,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let fail = |cause| Error::StepFailed {
@@ -157,7 +160,7 @@ pub(crate) async fn execute_loop(
     let mut successes = 0u64;
     let mut iterations = 0u32;
     let mut input = input;
-    let mut fed_back = fed_back;
+    let mut origin = origin;
     loop {
         ctx.check_aborted()?;
         iterations += 1;
@@ -166,7 +169,7 @@ pub(crate) async fn execute_loop(
                 max_iterations: spec.max_iterations,
             }));
         }
-        let output = run_body(&spec.body, input, fed_back, ctx).await?;
+        let output = run_body(&spec.body, input, origin, ctx).await?;
         successes += 1;
         let spend = ctx.spend();
         let snapshot = LoopSnapshot {
@@ -191,28 +194,29 @@ pub(crate) async fn execute_loop(
         match &spec.prepare_next {
             Some(prepare) => {
                 input = prepare(output, &verdict, ctx)?;
-                fed_back = false;
+                origin = Origin::Root;
             }
             None => {
                 input = output;
-                fed_back = true;
+                origin = Origin::FedBack;
             }
         }
     }
 }
 
-/// Runs steps in order, each getting the previous one's output. Only the first sees `fed_back`.
+/// Runs steps in order, each getting the previous one's output. Only the first sees `origin`; the
+/// others get forwarded input.
 pub(crate) async fn run_body(
     body: &[Arc<StepNode>],
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let mut value = input;
-    let mut fed_back = fed_back;
+    let mut origin = origin;
     for node in body {
-        value = execute_step(node, value, fed_back, ctx).await?;
-        fed_back = false;
+        value = execute_step(node, value, origin, ctx).await?;
+        origin = Origin::Forwarded;
     }
     Ok(value)
 }

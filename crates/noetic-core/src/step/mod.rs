@@ -48,6 +48,7 @@ use serde_json::Value;
 
 use crate::connection::Need;
 use crate::error::StepFailure;
+use crate::item::Item;
 use crate::{Error, Result};
 
 /// A typed step from `I` to `O`. Cheap to clone (an `Arc`).
@@ -106,7 +107,7 @@ impl<I, O> Step<I, O> {
         }
     }
 
-    /// Checks the tree: no blank ids, no blank models, no empty bodies.
+    /// Checks the tree: no blank ids, no blank models, no empty bodies, no retry policy of 0 attempts.
     ///
     /// # Errors
     /// [`Error::InvalidStep`] or [`Error::MissingModel`] naming the first offending step.
@@ -169,6 +170,26 @@ pub enum StepKind {
     Schedule,
 }
 
+/// Where a step's input came from. It decides what a `call_model` does with a string input — only a
+/// root input becomes a user message in the log: nothing else invents user messages — and what a
+/// `spawn` seeds its child's log with. See `docs/model-calls.md` ("Input").
+#[derive(Clone)]
+pub(crate) enum Origin {
+    /// The input of `run()`, a loop's `prepare_next` result, or what a spawned child (its own root) was
+    /// handed: a non-empty string is appended to the log as a user message.
+    Root,
+    /// The messages that started a session turn, already in the turn's log as they were sent: never
+    /// appended again; a `spawn` handed them seeds its child's log with them.
+    Turn(Arc<[Item]>),
+    /// The output of an earlier step of a sequence or loop body: input for this step, not a message
+    /// from the user. A `call_model` sends it with its requests but never stores it, and does not send
+    /// it at all when it is already the newest assistant message of the log (the previous answer).
+    Forwarded,
+    /// A loop's output fed back to its next iteration: nothing is sent or appended; the iteration
+    /// continues from the log as it stands.
+    FedBack,
+}
+
 /// A node of the step tree.
 pub(crate) struct StepNode {
     pub(crate) id: String,
@@ -215,6 +236,12 @@ impl StepNode {
             StepBody::CallModel(spec) if spec.model.trim().is_empty() => Err(Error::MissingModel {
                 step_id: self.id.clone(),
             }),
+            StepBody::RunCode(spec) if spec.retry.is_some_and(|retry| retry.max_attempts == 0) => {
+                Err(Error::InvalidStep {
+                    step_id: self.id.clone(),
+                    problem: "retry policy max_attempts is 0 (the first attempt counts: use 1 for no retries)",
+                })
+            }
             StepBody::Sequence(children) if children.is_empty() => Err(Error::InvalidStep {
                 step_id: self.id.clone(),
                 problem: "sequence has no steps",

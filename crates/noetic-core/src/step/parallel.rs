@@ -3,7 +3,8 @@
 //! Each path runs in its own child context (fresh id, depth + 1, a copy of the parent's item log and
 //! state), inside the calling task: no task is spawned, so dropping the step drops every path.
 //! - `all`: every path must succeed; outputs are merged in path order. The first failure aborts the
-//!   other paths and the step fails with `FORK_PARTIAL` (paths that never ran count as cancelled).
+//!   other paths and the step fails with `FORK_PARTIAL`, which lists the failed paths apart from the
+//!   cancelled ones (stopped mid-way or never started because of the failure).
 //! - `race`: the first success wins and its state replaces the parent's; the others are aborted. If
 //!   every path fails: `FORK_PARTIAL`.
 //! - `settle`: every outcome is collected, in path order; path failures never fail the step.
@@ -19,7 +20,7 @@ use futures_util::stream::FuturesUnordered;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use super::{Step, StepBody, StepNode, decode, encode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, decode, encode, execute as execute_step};
 use crate::context::{ChildSpec, Context};
 use crate::{Error, Result};
 
@@ -195,7 +196,7 @@ pub(crate) async fn execute(
     step_id: &str,
     spec: &ParallelSpec,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let mut paths = spec.paths.clone();
@@ -214,6 +215,7 @@ pub(crate) async fn execute(
                 step_id: step_id.to_owned(),
                 succeeded: Vec::new(),
                 failed: Vec::new(),
+                cancelled: Vec::new(),
             }),
         };
     }
@@ -238,7 +240,7 @@ pub(crate) async fn execute(
             next,
             paths[next].clone(),
             input.clone(),
-            fed_back,
+            origin.clone(),
             children[next].clone(),
         ));
         next += 1;
@@ -258,7 +260,7 @@ pub(crate) async fn execute(
                 next,
                 paths[next].clone(),
                 input.clone(),
-                fed_back,
+                origin.clone(),
                 children[next].clone(),
             ));
             next += 1;
@@ -269,6 +271,16 @@ pub(crate) async fn execute(
         child.abort(Some("parallel sibling finished".to_owned()));
     }
     drop(running);
+    // The paths are done: close those that initialized layers of their own (e.g. by `with_context`).
+    for (child, result) in children.iter().zip(&results) {
+        if crate::layer::lifecycle::is_open(child) {
+            let outcome = match result {
+                Some(result) => crate::layer::lifecycle::outcome_of(child, result),
+                None => crate::layer::Outcome::Aborted,
+            };
+            crate::layer::lifecycle::close(child, outcome).await;
+        }
+    }
     ctx.check_aborted()?;
 
     match &spec.mode {
@@ -323,12 +335,15 @@ pub(crate) async fn execute(
 }
 
 /// `started` paths were started: those without a result were stopped mid-way, the others never ran.
+/// A path that ended `CANCELLED` itself counts as cancelled, not failed.
 fn fork_partial(step_id: &str, results: Vec<Option<Result<Value>>>, started: usize) -> Error {
     let mut succeeded = Vec::new();
     let mut failed = Vec::new();
+    let mut cancelled = Vec::new();
     for (index, result) in results.into_iter().enumerate() {
         match result {
             Some(Ok(_)) => succeeded.push(index),
+            Some(Err(error)) if error.is_cancelled() => cancelled.push((index, Box::new(error))),
             Some(Err(error)) => failed.push((index, Box::new(error))),
             None => {
                 let reason = if index < started {
@@ -336,7 +351,7 @@ fn fork_partial(step_id: &str, results: Vec<Option<Result<Value>>>, started: usi
                 } else {
                     "not run: a sibling path failed"
                 };
-                failed.push((index, Box::new(Error::cancelled(Some(reason.to_owned())))));
+                cancelled.push((index, Box::new(Error::cancelled(Some(reason.to_owned())))));
             }
         }
     }
@@ -344,6 +359,7 @@ fn fork_partial(step_id: &str, results: Vec<Option<Result<Value>>>, started: usi
         step_id: step_id.to_owned(),
         succeeded,
         failed,
+        cancelled,
     }
 }
 
@@ -352,11 +368,11 @@ fn run_path(
     index: usize,
     node: Arc<StepNode>,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     child: Context,
 ) -> BoxFuture<'static, (usize, Result<Value>)> {
     Box::pin(async move {
-        let result = execute_step(&node, input, fed_back, &child).await;
+        let result = execute_step(&node, input, origin, &child).await;
         (index, result)
     })
 }

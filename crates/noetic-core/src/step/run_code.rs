@@ -27,10 +27,13 @@ pub enum Backoff {
 }
 
 /// A retry policy for [`run_code`]. `CANCELLED` is never retried.
+///
+/// A policy of 0 attempts is refused: a step carrying one fails validation (`INVALID_STEP`) when the
+/// harness is built with it as the agent graph or when `run()` is given it, before anything runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {
-    /// Attempts in all, the first included (at least 1).
+    /// Attempts in all, the first included; at least 1 (0 fails validation with `INVALID_STEP`).
     pub max_attempts: u32,
     /// How the delay grows.
     pub backoff: Backoff,
@@ -41,10 +44,12 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// A policy of `max_attempts` attempts with the given backoff and initial delay, capped at 30 s.
+    /// A policy of `max_attempts` attempts (the first included) with the given backoff and initial
+    /// delay, capped at 30 s. `max_attempts` must be at least 1: a step with a policy of 0 attempts
+    /// is refused with `INVALID_STEP` before it runs.
     pub fn new(max_attempts: u32, backoff: Backoff, initial_delay: Duration) -> Self {
         RetryPolicy {
-            max_attempts: max_attempts.max(1),
+            max_attempts,
             backoff,
             initial_delay,
             max_delay: Duration::from_secs(30),
@@ -91,7 +96,7 @@ impl CodeError {
 
 pub(crate) struct RunCodeSpec {
     body: Box<CodeBody>,
-    retry: Option<RetryPolicy>,
+    pub(crate) retry: Option<RetryPolicy>,
     /// Connection operations the body uses, checked by `run()` before the tree starts.
     pub(crate) needs: Vec<Need>,
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Step, StepBody, StepNode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, execute as execute_step};
 use crate::context::Context;
 use crate::{Error, Result};
 
@@ -124,14 +124,14 @@ pub(crate) async fn execute(
     step_id: &str,
     spec: &ScheduleSpec,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let mut last = Value::Null;
     let mut runs = 0u32;
     loop {
         ctx.check_aborted()?;
-        match execute_step(&spec.step, input.clone(), fed_back, ctx).await {
+        match execute_step(&spec.step, input.clone(), origin.clone(), ctx).await {
             Ok(output) => last = output,
             Err(error) if error.is_cancelled() => return Err(error),
             Err(error) => match spec.on_error {

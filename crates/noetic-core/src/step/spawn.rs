@@ -1,16 +1,20 @@
 //! `spawn`: runs a step in a child context with its own item log.
 //!
-//! The child gets a fresh id, an empty item log, a copy of the parent's state, depth + 1, and the
-//! parent's layers unless [`SpawnBuilder::layers`] replaces them. Its spend is charged to the parent as
-//! it happens (so it is rolled up on success, and nothing billed is lost on failure). A timeout, when
-//! set, is enforced: the child is aborted and the step fails with `STEP_FAILED` (`timed out`).
+//! The child gets a fresh id, its own item log, a copy of the parent's state, depth + 1, and the
+//! parent's layers unless [`SpawnBuilder::layers`] replaces them (given layers are initialized on the
+//! child). The child is its own root: its log starts empty and its input is a root input (a string
+//! becomes its first user message), except when it is handed a session turn's messages unchanged —
+//! then its log starts with those messages, as sent, and nothing is appended again. Its spend is charged to the parent as it happens (so it is rolled up on success, and nothing
+//! billed is lost on failure). A timeout, when set, is enforced: the child is aborted and the step fails
+//! with `STEP_FAILED` (`timed out`). When the step ends, however it ends, the child context is closed:
+//! the layers initialized on it complete (after the parent's `on_return`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Step, StepBody, StepNode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, execute as execute_step};
 use crate::context::{ChildSpec, Context};
 use crate::error::StepFailure;
 use crate::layer::ContextLayer;
@@ -104,31 +108,49 @@ pub(crate) async fn execute(
     step_id: &str,
     spec: &SpawnSpec,
     input: Value,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
+    // The child is its own root: handed a session turn's messages unchanged, it starts with them in its
+    // log (as sent); handed anything else, it starts empty and its input is a root input (a string
+    // becomes its user message).
+    let (items, child_origin) = match origin {
+        Origin::Turn(messages) => (messages.to_vec(), Origin::Turn(messages)),
+        Origin::Root | Origin::Forwarded | Origin::FedBack => (Vec::new(), Origin::Root),
+    };
     let child = ctx.child(ChildSpec {
-        items: Vec::new(),
+        items,
         layers: spec.layers.clone(),
         forward_steers: spec.steers == SteerMode::Forward,
     });
-    // Layers given to the spawn are initialized for the child (and completed with the execution);
-    // inherited ones were initialized on the parent already.
-    if let Some(layers) = &spec.layers {
-        crate::layer::lifecycle::init(&child, layers).await?;
+    let result = async {
+        // Layers given to the spawn are initialized for the child; inherited ones were initialized
+        // on the parent already.
+        if let Some(layers) = &spec.layers {
+            crate::layer::lifecycle::init(&child, layers).await?;
+        }
+        crate::layer::lifecycle::spawned(ctx, &child).await?;
+        let output = run_child(step_id, spec, input, child_origin, &child).await?;
+        crate::layer::lifecycle::returned(ctx, &child).await?;
+        Ok(output)
     }
-    crate::layer::lifecycle::spawned(ctx, &child).await?;
-    let output = run_child(step_id, spec, input, &child).await?;
-    crate::layer::lifecycle::returned(ctx, &child).await?;
-    Ok(output)
+    .await;
+    // The child is done with the step, however it ended: its layers complete now, before the parent's.
+    if crate::layer::lifecycle::is_open(&child) {
+        let outcome = crate::layer::lifecycle::outcome_of(&child, &result);
+        crate::layer::lifecycle::close(&child, outcome).await;
+    }
+    result
 }
 
 async fn run_child(
     step_id: &str,
     spec: &SpawnSpec,
     input: Value,
+    origin: Origin,
     child: &Context,
 ) -> Result<Value> {
-    let run = execute_step(&spec.child, input, false, child);
+    let run = execute_step(&spec.child, input, origin, child);
     match spec.timeout {
         None => run.await,
         Some(after) => match tokio::time::timeout(after, run).await {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Step, StepBody, StepNode, execute as execute_step};
+use super::{Origin, Step, StepBody, StepNode, execute as execute_step};
 use crate::Result;
 use crate::context::Context;
 use crate::layer::ContextLayer;
@@ -59,7 +59,7 @@ impl Drop for Restore<'_> {
 pub(crate) async fn execute(
     spec: &WithContextSpec,
     input: Value,
-    fed_back: bool,
+    origin: Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let current = ctx.layers();
@@ -74,7 +74,7 @@ pub(crate) async fn execute(
         ctx,
         previous: Some(previous),
     };
-    // The given layers are initialized on this context (once per execution; completed with it).
+    // The given layers are initialized on this context (once; completed when it is closed).
     crate::layer::lifecycle::init(ctx, &spec.layers).await?;
-    execute_step(&spec.child, input, fed_back, ctx).await
+    execute_step(&spec.child, input, origin, ctx).await
 }

@@ -26,8 +26,9 @@
 //!   (`temperature`, `topP`, `maxTokens`, `stopSequences`) become [`crate::model::ModelParams`].
 //!   `tools` name registered tools (`type`); an unknown name is an error, `parameters` are refused,
 //!   and the harness's own tools are offered as well, as for every `call_model`. `output` codecs are
-//!   refused ("output codecs are not supported"). As everywhere, only a non-empty string input is
-//!   appended as a user message.
+//!   refused ("output codecs are not supported"). The input is handled as for every `call_model`:
+//!   only a non-empty string root input is appended as a user message; a previous node's output is
+//!   sent with the requests without being stored.
 //! - `invokeTool` → [`crate::invoke_tool`] with `args` as preset arguments.
 //! - `runCode` → [`crate::run_code`] around the code step registered under `execute`; `retry`
 //!   (delays in ms) → [`crate::RetryPolicy`]; `subprocess` is refused ("subprocess adapters are not

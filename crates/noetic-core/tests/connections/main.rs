@@ -35,7 +35,7 @@ fn tree(runs: &Arc<AtomicUsize>) -> Step<String, String> {
 }
 
 fn is_unsatisfied(error: &Error, connection: &str, operation: &str) -> bool {
-    matches!(error, Error::ConnectionUnsatisfied { connection: c, operation: o } if c == connection && o == operation)
+    matches!(error, Error::ConnectionUnsatisfied { connection: c, operation: o, .. } if c == connection && o == operation)
 }
 
 #[tokio::test]
@@ -210,5 +210,67 @@ async fn a_session_turn_checks_needs_before_anything_runs() {
     assert!(
         !seen.iter().any(|kind| kind == "h:step_started"),
         "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_is_not_registered_is_reported_as_missing() {
+    let harness = AgentHarness::builder("connections")
+        .connection(ConnectionSpec::new("db", ["query"]))
+        .build()
+        .unwrap();
+    let step = run_code("lookup", |n: u32, _ctx: Context| async move {
+        Ok::<_, std::convert::Infallible>(n)
+    })
+    .requires("crm", "lookup")
+    .build();
+
+    let error = harness
+        .run(&step, 1, &harness.create_context(ContextOptions::new()))
+        .await
+        .unwrap_err();
+
+    assert_eq!(error.code(), "CONNECTION_UNSATISFIED");
+    assert_eq!(
+        error.to_string(),
+        "connection `crm` is not registered (step needs its operation `lookup`)"
+    );
+    assert!(
+        matches!(&error, Error::ConnectionUnsatisfied { connection, operation, registered: false }
+            if connection == "crm" && operation == "lookup"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_registered_connection_without_the_operation_says_it_lacks_it() {
+    let harness = AgentHarness::builder("connections")
+        .connection(ConnectionSpec::new("crm", ["create"]))
+        .build()
+        .unwrap();
+    let step = run_code("lookup", |n: u32, _ctx: Context| async move {
+        Ok::<_, std::convert::Infallible>(n)
+    })
+    .requires("crm", "lookup")
+    .build();
+
+    let error = harness
+        .run(&step, 1, &harness.create_context(ContextOptions::new()))
+        .await
+        .unwrap_err();
+
+    assert_eq!(
+        error.to_string(),
+        "connection `crm` lacks operation `lookup`"
+    );
+    assert!(
+        matches!(
+            &error,
+            Error::ConnectionUnsatisfied {
+                registered: true,
+                ..
+            }
+        ),
+        "{error:?}"
     );
 }

@@ -1,4 +1,5 @@
-//! Hook order and lifecycle: slot order, reverse disposal, children first, init once per context.
+//! Hook order and lifecycle: slot order, reverse disposal, children first, init once per context,
+//! completion when the context is closed.
 
 use std::convert::Infallible;
 
@@ -29,6 +30,7 @@ async fn hooks_run_in_slot_order_and_complete_in_reverse() {
         .unwrap();
     let ctx = harness.create_context(ContextOptions::new());
     harness.run(&noop(), 1, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
 
     assert_eq!(
         entries(&log, &["init", "on_complete", "dispose"]),
@@ -64,16 +66,15 @@ async fn nested_runs_init_and_complete_once() {
     .build();
     let ctx = harness.create_context(ContextOptions::new());
     assert_eq!(harness.run(&nested, 1, &ctx).await.unwrap(), 2);
+    // A second run on the same context does not initialize again either.
+    harness.run(&noop(), 1, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
 
     assert_eq!(
         entries(&log, &["init", "on_complete", "dispose"]),
         ["root:init@0", "root:on_complete@0", "root:dispose@0"]
     );
     assert_eq!(*probe.outcomes.lock().unwrap(), [Outcome::Success]);
-
-    // A second outermost run on the same context is a new execution: init again.
-    harness.run(&noop(), 1, &ctx).await.unwrap();
-    assert_eq!(entries(&log, &["init"]).len(), 2);
 }
 
 #[tokio::test]
@@ -88,6 +89,7 @@ async fn spawned_layers_init_on_the_child_and_complete_first() {
     let step = spawn("child", noop()).layers(vec![child_layer]).build();
     let ctx = harness.create_context(ContextOptions::new());
     harness.run(&step, 1, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
 
     assert_eq!(
         entries(
@@ -118,6 +120,7 @@ async fn with_context_layers_are_initialized_once_on_the_context() {
         .build();
     let ctx = harness.create_context(ContextOptions::new());
     harness.run(&twice, 1, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
 
     assert_eq!(
         entries(&log, &["init", "on_complete", "dispose"]),
@@ -172,6 +175,7 @@ async fn on_complete_reports_failure_and_abort() {
     .build();
     let ctx = harness.create_context(ContextOptions::new());
     assert!(harness.run(&failing, 1, &ctx).await.is_err());
+    harness.close_context(&ctx).await;
 
     let aborting = run_code("abort", |_: u32, ctx: Context| async move {
         ctx.abort(Some("stop".to_owned()));
@@ -181,6 +185,7 @@ async fn on_complete_reports_failure_and_abort() {
     let ctx = harness.create_context(ContextOptions::new());
     let error: Error = harness.run(&aborting, 1, &ctx).await.unwrap_err();
     assert!(error.is_cancelled() || ctx.aborted());
+    harness.close_context(&ctx).await;
 
     assert_eq!(
         *probe.outcomes.lock().unwrap(),
@@ -204,6 +209,7 @@ async fn option_and_vec_are_layers() {
         .unwrap();
     let ctx = harness.create_context(ContextOptions::new());
     harness.run(&noop(), 1, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
     assert_eq!(
         entries(&log, &["init", "on_complete", "dispose"]),
         [
@@ -214,5 +220,179 @@ async fn option_and_vec_are_layers() {
             "two:dispose@0",
             "one:dispose@0",
         ]
+    );
+}
+
+#[tokio::test]
+async fn repeated_runs_on_one_context_init_once_and_complete_when_it_is_closed() {
+    let log = hook_log();
+    let (probe, probe_layer) = layer(Probe::new("memory", 100, &log));
+    let harness = AgentHarness::builder("repeated")
+        .context_layers([probe_layer])
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+
+    for n in 0..4 {
+        assert_eq!(harness.run(&noop(), n, &ctx).await.unwrap(), n);
+    }
+
+    assert_eq!(
+        entries(&log, &["init", "on_complete", "dispose"]),
+        ["memory:init@0"],
+        "four runs, one init, nothing completed while the context is open"
+    );
+    harness.close_context(&ctx).await;
+    assert_eq!(
+        entries(&log, &["init", "on_complete", "dispose"]),
+        ["memory:init@0", "memory:on_complete@0", "memory:dispose@0"]
+    );
+    assert_eq!(*probe.outcomes.lock().unwrap(), [Outcome::Success]);
+    harness.close_context(&ctx).await;
+    assert_eq!(
+        entries(&log, &["on_complete"]).len(),
+        1,
+        "closing twice completes once"
+    );
+}
+
+#[tokio::test]
+async fn a_run_after_close_initializes_again() {
+    let log = hook_log();
+    let (_, probe_layer) = layer(Probe::new("memory", 100, &log));
+    let harness = AgentHarness::builder("reopened")
+        .context_layers([probe_layer])
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+
+    harness.run(&noop(), 1, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
+    harness.run(&noop(), 2, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
+
+    assert_eq!(
+        entries(&log, &["init", "on_complete", "dispose"]),
+        [
+            "memory:init@0",
+            "memory:on_complete@0",
+            "memory:dispose@0",
+            "memory:init@0",
+            "memory:on_complete@0",
+            "memory:dispose@0",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn closing_a_context_closes_its_open_children_first() {
+    let log = hook_log();
+    let (_, parent_layer) = layer(Probe::new("parent", 100, &log));
+    let (_, child_layer) = layer(Probe::new("child", 100, &log));
+    let harness = AgentHarness::builder("tree")
+        .context_layers([parent_layer])
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let child =
+        harness.create_context(ContextOptions::new().parent(&ctx).layers(vec![child_layer]));
+
+    harness.run(&noop(), 1, &ctx).await.unwrap();
+    harness.run(&noop(), 1, &child).await.unwrap();
+    harness.close_context(&ctx).await;
+
+    assert_eq!(
+        entries(&log, &["init", "on_complete", "dispose"]),
+        [
+            "parent:init@0",
+            "child:init@1",
+            "child:on_complete@1",
+            "child:dispose@1",
+            "parent:on_complete@0",
+            "parent:dispose@0",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_outcome_on_close_is_that_of_the_last_run() {
+    let log = hook_log();
+    let (probe, probe_layer) = layer(Probe::new("outcome", 100, &log));
+    let harness = AgentHarness::builder("outcomes")
+        .context_layers([probe_layer])
+        .build()
+        .unwrap();
+    let failing = run_code("fail", |_: u32, _: Context| async move {
+        Err::<u32, _>(std::io::Error::other("boom"))
+    })
+    .build();
+    let ctx = harness.create_context(ContextOptions::new());
+
+    harness.run(&noop(), 1, &ctx).await.unwrap();
+    harness.run(&failing, 1, &ctx).await.unwrap_err();
+    harness.close_context(&ctx).await;
+
+    assert_eq!(*probe.outcomes.lock().unwrap(), [Outcome::Failure]);
+}
+
+#[tokio::test]
+async fn a_context_dropped_without_close_never_completes_its_layers() {
+    let log = hook_log();
+    let (_, probe_layer) = layer(Probe::new("dropped", 100, &log));
+    let harness = AgentHarness::builder("dropped")
+        .context_layers([probe_layer])
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    harness.run(&noop(), 1, &ctx).await.unwrap();
+
+    drop(ctx);
+
+    assert_eq!(
+        entries(&log, &["init", "on_complete", "dispose"]),
+        ["dropped:init@0"],
+        "async hooks cannot run on drop: close the context to complete its layers"
+    );
+}
+
+#[tokio::test]
+async fn a_spawned_childs_layers_complete_when_the_spawn_step_ends() {
+    let log = hook_log();
+    let (_, child_layer) = layer(Probe::new("child", 100, &log));
+    let harness = AgentHarness::builder("spawn-ends").build().unwrap();
+    let marker = {
+        let log = log.clone();
+        run_code("after", move |n: u32, _: Context| {
+            log.lock().unwrap().push("next:step@0".to_owned());
+            async move { Ok::<_, Infallible>(n) }
+        })
+    };
+    let failing_child = run_code("fail", |_: u32, _: Context| async move {
+        Err::<u32, _>(std::io::Error::other("boom"))
+    });
+    let graph = sequence("both")
+        .step(spawn("ok", noop()).layers(vec![child_layer.clone()]))
+        .step(marker)
+        .build();
+    let ctx = harness.create_context(ContextOptions::new());
+
+    harness.run(&graph, 1, &ctx).await.unwrap();
+    let failed = spawn("fails", failing_child)
+        .layers(vec![child_layer])
+        .build();
+    harness.run(&failed, 1, &ctx).await.unwrap_err();
+
+    assert_eq!(
+        entries(&log, &["init", "on_complete", "dispose", "step"]),
+        [
+            "child:init@1",
+            "child:on_complete@1",
+            "child:dispose@1",
+            "next:step@0",
+            "child:init@1",
+            "child:on_complete@1",
+            "child:dispose@1",
+        ],
+        "each spawn's child is closed as its step ends, with no close_context needed"
     );
 }

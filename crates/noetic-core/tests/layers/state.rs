@@ -60,6 +60,7 @@ async fn run_once(harness: &AgentHarness) {
     .build();
     let ctx = harness.create_context(ContextOptions::new().resource_id("user-1"));
     harness.run(&step, 0, &ctx).await.unwrap();
+    harness.close_context(&ctx).await;
 }
 
 #[tokio::test]

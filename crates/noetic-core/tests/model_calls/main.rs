@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
+mod cancellation;
+mod inputs;
 mod support;
 
 use std::sync::Arc;

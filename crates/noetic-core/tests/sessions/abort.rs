@@ -11,8 +11,8 @@ use noetic_test_support::PacedModel;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::support::{
-    Events, Gate, guarded, llm_with, paced_builder, paced_harness, text_events, tool_call_events,
-    turn_aborts, turn_message_ids,
+    Events, Gate, Stubborn, guarded, llm_with, paced_builder, paced_harness, text_events,
+    tool_call_events, turn_aborts, turn_message_ids,
 };
 
 fn abort_options(reason: &str) -> AbortOptions {
@@ -129,6 +129,87 @@ async fn abort_during_tool_calls_answers_the_calls_that_never_ran() {
         "every call has exactly one output"
     );
     assert_eq!(harness.usage(Scope::default()), tokens(10, 5));
+}
+
+#[tokio::test]
+async fn abort_drops_a_tool_that_ignores_cancellation() {
+    let model = PacedModel::new();
+    let stubborn = Stubborn::new();
+    let harness = paced_builder(&model)
+        .agent_graph(llm_with(vec![stubborn.tool()]))
+        .build()
+        .unwrap();
+    harness
+        .execute("go", ExecuteOptions::default())
+        .await
+        .unwrap();
+    let round0 = guarded("round 0", model.next_call()).await;
+    round0.send_all(tool_call_events(&[("c1", "stubborn")]));
+    assert_eq!(stubborn.started().await, "c1");
+
+    guarded("abort", harness.abort(abort_options("stop"))).await;
+
+    assert!(stubborn.dropped(), "the tool's future was dropped");
+    assert_eq!(harness.status(Scope::default()), SessionStatus::Idle);
+    let error = harness.agent_response(Scope::default()).await.unwrap_err();
+    assert_eq!(error.code(), "CANCELLED");
+    assert_eq!(
+        harness.session_history(Scope::default()),
+        [
+            Item::user_text("go"),
+            Item::function_call("c1", "stubborn", "{}"),
+            Item::function_call_output(
+                "c1",
+                "Tool call aborted: the run was cancelled while the tool was running."
+            ),
+        ],
+        "the call still has its output"
+    );
+}
+
+#[tokio::test]
+async fn interrupt_drops_a_tool_that_ignores_cancellation_and_starts_the_next_turn() {
+    let model = PacedModel::new();
+    let stubborn = Stubborn::new();
+    let harness = paced_builder(&model)
+        .agent_graph(llm_with(vec![stubborn.tool()]))
+        .build()
+        .unwrap();
+    harness
+        .execute("go", ExecuteOptions::default())
+        .await
+        .unwrap();
+    let round0 = guarded("round 0", model.next_call()).await;
+    round0.send_all(tool_call_events(&[("c1", "stubborn")]));
+    stubborn.started().await;
+
+    harness
+        .execute(
+            "never mind",
+            ExecuteOptions::default().delivery_mode(noetic_core::DeliveryMode::Interrupt),
+        )
+        .await
+        .unwrap();
+
+    let next = guarded("the interrupting turn's request", model.next_call()).await;
+    assert!(stubborn.dropped(), "the tool's future was dropped");
+    assert_eq!(
+        next.request.input,
+        [
+            Item::user_text("go"),
+            Item::function_call("c1", "stubborn", "{}"),
+            Item::function_call_output(
+                "c1",
+                "Tool call aborted: the run was cancelled while the tool was running."
+            ),
+            Item::user_text("never mind"),
+        ]
+    );
+    next.send_all(text_events("ok"));
+    assert_eq!(
+        harness.agent_response(Scope::default()).await.unwrap().text,
+        "ok"
+    );
 }
 
 #[tokio::test]

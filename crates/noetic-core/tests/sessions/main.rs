@@ -10,6 +10,8 @@
 //! - `abort`: `abort` mid-stream and mid-tool.
 //! - `scenarios`: the original's P0 session scenarios (reference/runtime-behaviour.md §10, 1–24).
 //! - `no_lost_messages`: a property test over random interleavings.
+//! - `turn_history`: what spawned children and parallel paths see of a turn, and that what they said
+//!   reaches the session history.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
@@ -20,3 +22,4 @@ mod scenarios;
 mod steering;
 mod streams;
 mod support;
+mod turn_history;

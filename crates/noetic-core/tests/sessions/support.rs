@@ -290,3 +290,67 @@ impl Gate {
         self.runs.load(Ordering::SeqCst)
     }
 }
+
+/// Sets its flag when dropped: shows that a future holding it was dropped.
+struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A tool (`stubborn`) whose calls never return and ignore cancellation; it reports each start, and
+/// whether its future was dropped.
+pub(crate) struct Stubborn {
+    started: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+    tool: Tool,
+}
+
+impl Stubborn {
+    pub(crate) fn new() -> Self {
+        let (started_tx, started) = mpsc::unbounded_channel();
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tool = {
+            let dropped = dropped.clone();
+            Tool::new(
+                "stubborn",
+                "Never returns, whatever happens",
+                move |_: NoArgs, tool_ctx: ToolContext| {
+                    let started = started_tx.clone();
+                    let flag = DropFlag(dropped.clone());
+                    async move {
+                        let _flag = flag;
+                        let _ = started.send(tool_ctx.call_id.clone());
+                        std::future::pending::<()>().await;
+                        Ok(String::new())
+                    }
+                },
+            )
+        };
+        Stubborn {
+            started: tokio::sync::Mutex::new(started),
+            dropped,
+            tool,
+        }
+    }
+
+    /// The tool.
+    pub(crate) fn tool(&self) -> Tool {
+        self.tool.clone()
+    }
+
+    /// Waits until a call starts; returns its call id.
+    pub(crate) async fn started(&self) -> String {
+        guarded("a `stubborn` tool call to start", async {
+            self.started.lock().await.recv().await.expect("tool alive")
+        })
+        .await
+    }
+
+    /// Whether a call's future was dropped.
+    pub(crate) fn dropped(&self) -> bool {
+        self.dropped.load(Ordering::SeqCst)
+    }
+}

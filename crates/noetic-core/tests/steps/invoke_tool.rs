@@ -148,3 +148,38 @@ async fn a_failing_tool_fails_the_step_and_reports_the_error() {
             })
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn aborting_the_context_drops_an_invoked_tool_that_ignores_cancellation() {
+    let harness = harness();
+    let ctx = root(&harness);
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let stubborn = Tool::dynamic(
+        "stubborn",
+        "Never returns",
+        json!({"type": "object"}),
+        move |_: Value, _ctx: ToolContext| {
+            let started = started_tx.clone();
+            async move {
+                let _ = started.send(());
+                std::future::pending::<()>().await;
+                Ok::<_, ToolError>(Value::Null)
+            }
+        },
+    )
+    .unwrap();
+    let step = invoke_tool::<Args, Value>("invoke", stubborn).build();
+
+    let run = harness.run(&step, Args::new(), &ctx);
+    let abort = async {
+        started.recv().await.unwrap();
+        ctx.abort(Some("stop".to_owned()));
+    };
+    let (result, ()) = tokio::time::timeout(std::time::Duration::from_secs(3600), async {
+        tokio::join!(run, abort)
+    })
+    .await
+    .expect("the run does not hang on the tool");
+
+    assert_eq!(result.unwrap_err().code(), "CANCELLED");
+}

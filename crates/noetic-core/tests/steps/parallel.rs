@@ -140,14 +140,12 @@ async fn all_with_a_failing_path_is_fork_partial() {
 
     let error = harness.run(&step, 0, &root(&harness)).await.unwrap_err();
 
-    let (succeeded, failed) = fork_partial(error);
+    let (succeeded, failed, cancelled) = fork_partial(error);
     assert_eq!(succeeded, [0]);
+    assert_eq!(failed, [(1, "STEP_FAILED".to_owned())]);
     assert_eq!(
-        failed,
-        [
-            (1, "STEP_FAILED".to_owned()),
-            (2, "CANCELLED: stopped: a sibling path failed".to_owned())
-        ]
+        cancelled,
+        [(2, "CANCELLED: stopped: a sibling path failed".to_owned())]
     );
 }
 
@@ -171,14 +169,12 @@ async fn all_never_starts_a_path_queued_behind_a_failure() {
 
     let error = harness.run(&step, 0, &root(&harness)).await.unwrap_err();
 
-    let (succeeded, failed) = fork_partial(error);
+    let (succeeded, failed, cancelled) = fork_partial(error);
     assert!(succeeded.is_empty());
+    assert_eq!(failed, [(0, "STEP_FAILED".to_owned())]);
     assert_eq!(
-        failed,
-        [
-            (0, "STEP_FAILED".to_owned()),
-            (1, "CANCELLED: not run: a sibling path failed".to_owned())
-        ]
+        cancelled,
+        [(1, "CANCELLED: not run: a sibling path failed".to_owned())]
     );
     assert_eq!(count(&calls), 0, "the queued path never ran");
 }
@@ -318,12 +314,13 @@ async fn race_where_every_path_fails_is_fork_partial() {
 
     let error = harness.run(&step, 0, &root(&harness)).await.unwrap_err();
 
-    let (succeeded, failed) = fork_partial(error);
+    let (succeeded, failed, cancelled) = fork_partial(error);
     assert!(succeeded.is_empty());
     assert_eq!(
         failed,
         [(0, "STEP_FAILED".to_owned()), (1, "STEP_FAILED".to_owned())]
     );
+    assert!(cancelled.is_empty());
 }
 
 fn describe(outcomes: Vec<Settled<i64>>) -> Vec<String> {
@@ -505,9 +502,10 @@ async fn empty_race_is_fork_partial() {
 
     let error = harness.run(&race, 0, &root(&harness)).await.unwrap_err();
 
-    let (succeeded, failed) = fork_partial(error);
+    let (succeeded, failed, cancelled) = fork_partial(error);
     assert!(succeeded.is_empty());
     assert!(failed.is_empty());
+    assert!(cancelled.is_empty());
 }
 
 #[tokio::test]
@@ -537,4 +535,50 @@ async fn paths_run_one_level_deeper_in_fresh_contexts() {
     assert!(seen.iter().all(|(depth, _)| *depth == 1));
     assert_ne!(seen[0].1, seen[1].1);
     assert!(seen.iter().all(|(_, id)| id != ctx.id()));
+}
+
+#[tokio::test]
+async fn a_sibling_stopped_by_a_failure_counts_as_cancelled_not_failed() {
+    let harness = harness();
+    let blocked_started = Arc::new(Notify::new());
+    let blocked = {
+        let blocked_started = blocked_started.clone();
+        run_code("blocked", move |_: i64, ctx: Context| {
+            blocked_started.notify_one();
+            async move {
+                ctx.cancelled().await;
+                Err::<i64, _>(Error::cancelled(ctx.abort_reason()))
+            }
+        })
+        .build()
+    };
+    let fails = {
+        let blocked_started = blocked_started.clone();
+        run_code("fails", move |_: i64, _ctx: Context| {
+            let blocked_started = blocked_started.clone();
+            async move {
+                blocked_started.notified().await;
+                Err::<i64, _>("path failed")
+            }
+        })
+        .build()
+    };
+    let step = in_parallel("fork")
+        .path(blocked)
+        .path(fails)
+        .all(|outputs: Vec<i64>| outputs);
+
+    let error = harness.run(&step, 0, &root(&harness)).await.unwrap_err();
+
+    assert_eq!(
+        error.to_string(),
+        "step `fork`: 1 of 2 parallel paths failed, 1 cancelled"
+    );
+    let (succeeded, failed, cancelled) = fork_partial(error);
+    assert!(succeeded.is_empty());
+    assert_eq!(failed, [(1, "STEP_FAILED".to_owned())]);
+    assert_eq!(
+        cancelled,
+        [(0, "CANCELLED: stopped: a sibling path failed".to_owned())]
+    );
 }

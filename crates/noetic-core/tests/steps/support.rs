@@ -98,28 +98,36 @@ pub(crate) fn step_failure(error: Error) -> (String, StepFailure) {
     }
 }
 
-/// Unwraps `FORK_PARTIAL` into the succeeded indexes and the failed indexes with their error codes
-/// (`CANCELLED` ones with their reason: `CANCELLED: <reason>`).
-pub(crate) fn fork_partial(error: Error) -> (Vec<usize>, Vec<(usize, String)>) {
+/// An error's code, `CANCELLED` ones with their reason: `CANCELLED: <reason>`.
+fn summary(error: Error) -> String {
+    match error {
+        Error::Cancelled {
+            reason: Some(reason),
+        } => format!("CANCELLED: {reason}"),
+        other => other.code().to_owned(),
+    }
+}
+
+/// The paths listed in a `FORK_PARTIAL`: indexes with their errors' summaries.
+pub(crate) type Paths = Vec<(usize, String)>;
+
+/// Unwraps `FORK_PARTIAL` into the succeeded indexes, the failed and the cancelled paths (see
+/// [`summary`]).
+pub(crate) fn fork_partial(error: Error) -> (Vec<usize>, Paths, Paths) {
     assert_eq!(error.code(), "FORK_PARTIAL", "unexpected error: {error}");
+    let summaries = |paths: Vec<(usize, Box<Error>)>| -> Paths {
+        paths
+            .into_iter()
+            .map(|(index, error)| (index, summary(*error)))
+            .collect()
+    };
     match error {
         Error::ForkPartial {
-            succeeded, failed, ..
-        } => (
             succeeded,
-            failed
-                .into_iter()
-                .map(|(index, error)| {
-                    let summary = match *error {
-                        Error::Cancelled {
-                            reason: Some(reason),
-                        } => format!("CANCELLED: {reason}"),
-                        other => other.code().to_owned(),
-                    };
-                    (index, summary)
-                })
-                .collect(),
-        ),
+            failed,
+            cancelled,
+            ..
+        } => (succeeded, summaries(failed), summaries(cancelled)),
         other => panic!("expected ForkPartial, got {other:?}"),
     }
 }

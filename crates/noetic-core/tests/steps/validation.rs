@@ -82,3 +82,78 @@ async fn a_blank_step_id_among_computed_paths_is_refused_before_any_path_runs() 
     assert_eq!(error.code(), "INVALID_STEP");
     assert_eq!(count(&calls), 0);
 }
+
+#[tokio::test]
+async fn a_retry_policy_of_zero_attempts_is_rejected_before_anything_runs() {
+    let harness = harness();
+    let calls = counter();
+    let zero = {
+        let calls = calls.clone();
+        noetic_core::run_code("never-tried", move |n: i64, _ctx: Context| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok::<_, std::convert::Infallible>(n) }
+        })
+        .retry(noetic_core::RetryPolicy::new(
+            0,
+            noetic_core::Backoff::Fixed,
+            std::time::Duration::ZERO,
+        ))
+        .build()
+    };
+
+    let error = harness.run(&zero, 1, &root(&harness)).await.unwrap_err();
+
+    assert_eq!(error.code(), "INVALID_STEP");
+    assert!(
+        error.to_string().contains("never-tried") && error.to_string().contains("max_attempts"),
+        "{error}"
+    );
+    assert_eq!(count(&calls), 0, "the body never ran");
+    let error = AgentHarness::builder("zero-attempts")
+        .agent_graph(zero)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.code(), "INVALID_STEP");
+}
+
+#[test]
+fn asking_for_the_agent_graph_with_other_types_is_an_invalid_argument() {
+    let harness = AgentHarness::builder("typed")
+        .agent_graph(call_model("llm").model("m"))
+        .build()
+        .unwrap();
+
+    let error = harness.agent_graph::<u32, u32>().unwrap_err();
+
+    assert_eq!(error.code(), "INVALID_ARGUMENT");
+    let message = error.to_string();
+    assert!(
+        message.contains("u32") && message.contains("String"),
+        "names the requested and the graph's types: {message}"
+    );
+    assert!(harness.agent_graph::<String, String>().is_ok());
+    assert!(
+        harness.agent_graph::<String, u32>().is_err(),
+        "the output type is checked too"
+    );
+}
+
+#[test]
+fn a_json_value_graph_matches_any_types_and_any_graph_matches_json_values() {
+    use serde_json::Value;
+    let untyped = noetic_core::run_code("echo", |value: Value, _ctx: Context| async move {
+        Ok::<_, std::convert::Infallible>(value)
+    });
+    let harness = AgentHarness::builder("untyped")
+        .agent_graph(untyped)
+        .build()
+        .unwrap();
+    assert!(harness.agent_graph::<u32, String>().is_ok());
+
+    let typed = AgentHarness::builder("typed")
+        .agent_graph(call_model("llm").model("m"))
+        .build()
+        .unwrap();
+    assert!(typed.agent_graph::<Value, Value>().is_ok());
+    assert!(typed.agent_graph::<String, Value>().is_ok());
+}

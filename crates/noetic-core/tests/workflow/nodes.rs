@@ -49,11 +49,11 @@ async fn call_model_uses_its_model_or_the_default() {
     let requests = model.requests();
     assert_eq!(requests[0].model, "vendor/named");
     assert_eq!(requests[1].model, "vendor/default");
-    // The first answer is the second call's input, appended as a user message.
-    assert_eq!(
-        requests[1].user_texts(),
-        vec!["question".to_owned(), "first".to_owned()]
-    );
+    // The first answer is the second call's input; it is in the log already as the assistant's
+    // answer, so it is not sent again (and never as a user message).
+    assert_eq!(requests[1].user_texts(), vec!["question".to_owned()]);
+    assert_eq!(requests[1].input.len(), 2, "{:?}", requests[1].input);
+    assert_eq!(requests[1].input[1].text().as_deref(), Some("first"));
 }
 
 #[tokio::test]

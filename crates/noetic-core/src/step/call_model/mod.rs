@@ -10,6 +10,7 @@ mod tools;
 
 pub use rounds::{MAX_RECOVERIES, MAX_TOOL_ROUNDS};
 pub(crate) use rounds::{assemble_request, execute};
+pub(crate) use tools::{ABORTED_WHILE_RUNNING, until_cancelled};
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -98,8 +99,17 @@ pub struct CallModelBuilder<O = String> {
     _output: PhantomData<fn() -> O>,
 }
 
-/// A model call with tools. Input: a string that, when non-empty, is appended to the history as a user
-/// message. Output: the final answer's text, or a typed value with [`CallModelBuilder::output`].
+/// A model call with tools. Output: the final answer's text, or a typed value with
+/// [`CallModelBuilder::output`].
+///
+/// Input: a string, and nothing invents user messages. A non-empty string is appended to the log as a
+/// user message only when it is a *root* input — given to `run()`, returned by a loop's `prepare_next`,
+/// or handed to a spawned child (its own root). A session turn's root input (the text of its messages,
+/// already in the log) and a loop's output fed back to its next iteration are neither appended nor
+/// sent. The output of an earlier step of a sequence or loop body is input for this step, not a
+/// message from the user: it is sent with the step's requests (as user-role input after the history)
+/// but never stored, and not sent at all when it is the newest assistant message of the log (the
+/// previous call's answer, already there). The input is the layers' recall query in every case.
 ///
 /// # Examples
 /// ```

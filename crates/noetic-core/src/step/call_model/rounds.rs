@@ -24,6 +24,7 @@ use crate::layer::{
 };
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
 use crate::session::{Applied, SteerPoint};
+use crate::step::Origin;
 use crate::usage::Spend;
 use crate::{Error, Result};
 
@@ -41,7 +42,7 @@ pub(crate) async fn execute(
     step_id: &str,
     spec: &CallModelSpec,
     input: Value,
-    fed_back: bool,
+    origin: &Origin,
     ctx: &Context,
 ) -> Result<Value> {
     if spec.model.trim().is_empty() {
@@ -55,20 +56,15 @@ pub(crate) async fn execute(
 
     // Where the step's new items start, for the layers' `store` (its input message included).
     let step_start = ctx.item_count();
-    // A loop feeding a step's own answer back must not turn it into a user message.
-    if !fed_back
-        && let Value::String(text) = &input
-        && !text.is_empty()
-    {
-        ctx.append_item(Item::user_text(text.as_str()));
-    }
+    let step_input = step_input(ctx, origin, &input);
     let first_new_item = ctx.item_count();
     let layers = by_slot(&ctx.layers());
-    let (instructions, mut conversation, layer_usage) = assemble_request(
+    let (instructions, mut conversation, layer_usage) = assemble_step_request(
         ctx,
         &layers,
         spec.instructions.as_deref(),
         &input,
+        step_input,
         spec.token_budget,
     )
     .await;
@@ -308,6 +304,28 @@ pub(crate) async fn execute(
     }
 }
 
+/// What the step does with its input (see [`Origin`]): a root string input is appended to the log as
+/// a user message; a forwarded string that is not already the newest assistant message of the log is
+/// returned, to be sent with the step's requests without being stored; anything else is neither.
+fn step_input(ctx: &Context, origin: &Origin, input: &Value) -> Option<Item> {
+    let Value::String(text) = input else {
+        return None;
+    };
+    if text.is_empty() {
+        return None;
+    }
+    match origin {
+        Origin::Root => {
+            ctx.append_item(Item::user_text(text.as_str()));
+            None
+        }
+        Origin::Forwarded if !ctx.newest_assistant_text_is(text) => {
+            Some(Item::user_text(text.as_str()))
+        }
+        Origin::Forwarded | Origin::FedBack | Origin::Turn(_) => None,
+    }
+}
+
 /// The first request's instructions and conversation, built from the context's item log: system
 /// items become instructions, the layers (`layers`, in slot order) project the history and recall
 /// around it, within `token_budget` when one is set. Also what each layer contributed.
@@ -318,10 +336,24 @@ pub(crate) async fn assemble_request(
     input: &Value,
     token_budget: Option<usize>,
 ) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
+    assemble_step_request(ctx, layers, step_instructions, input, None, token_budget).await
+}
+
+/// [`assemble_request`] with the step's request-only input (`step_input`) after the history, inside
+/// the recall placement and the budget.
+async fn assemble_step_request(
+    ctx: &Context,
+    layers: &[std::sync::Arc<dyn ContextLayer>],
+    step_instructions: Option<&str>,
+    input: &Value,
+    step_input: Option<Item>,
+    token_budget: Option<usize>,
+) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
     let (instructions, mut conversation) = assemble(step_instructions, ctx.items());
     if !layers.is_empty() {
         conversation = project_history(layers, conversation);
     }
+    conversation.extend(step_input);
     let mut layer_usage: Vec<LayerUsage> = Vec::new();
     if !layers.is_empty() || token_budget.is_some() {
         let query = query_text(input, &conversation);

@@ -63,6 +63,11 @@ impl CallOutcome {
 pub(crate) const SKIPPED_BY_STEER: &str =
     "Tool call skipped: the user sent a new message before it ran.";
 
+/// The text a function call gets when its context was cancelled while the tool ran (its future was
+/// dropped; what it had done stays done).
+pub(crate) const ABORTED_WHILE_RUNNING: &str =
+    "Tool call aborted: the run was cancelled while the tool was running.";
+
 /// What running a round's calls produced.
 pub(super) struct CallsOutcome {
     /// The `function_call_output` items, one per call, in call order.
@@ -216,10 +221,15 @@ async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> Ca
         call_id: call.call_id.clone(),
         tool_name: tool.name().to_owned(),
     };
-    match AssertUnwindSafe(tool.call(arguments, tool_ctx))
-        .catch_unwind()
-        .await
-    {
+    let Some(outcome) = until_cancelled(
+        ctx,
+        AssertUnwindSafe(tool.call(arguments, tool_ctx)).catch_unwind(),
+    )
+    .await
+    else {
+        return CallOutcome::error(ABORTED_WHILE_RUNNING.to_owned());
+    };
+    match outcome {
         Ok(Ok(value)) => CallOutcome {
             output: output_text(&value),
             error: false,
@@ -230,6 +240,21 @@ async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> Ca
             tool.name(),
             panic_message(&*panic)
         )),
+    }
+}
+
+/// Runs a tool's future until it finishes or `ctx` is cancelled, whichever comes first; `None` when
+/// cancelled (the future is dropped). The tool is polled first, so once the context is cancelled it
+/// gets one more poll in which a tool watching `ToolContext`'s cancellation can still return its own
+/// output; a tool that ignores it is dropped.
+pub(crate) async fn until_cancelled<F: std::future::Future>(
+    ctx: &Context,
+    tool: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        output = tool => Some(output),
+        () = ctx.cancelled() => None,
     }
 }
 
