@@ -10,7 +10,9 @@ use tokio::sync::watch;
 
 use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
-use super::bus::{DEFAULT_EVENT_CAPACITY, EventBus, Subscription};
+use super::bus::{
+    DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, EventBus, IDLE_EVENT_BYTES, Replay, Subscription,
+};
 use super::steer::{Steer, SteerInbox};
 use crate::context::{Context, ContextOptions};
 use crate::event::{FrameworkEvent, StreamEvent};
@@ -82,6 +84,8 @@ struct State {
     runner_active: bool,
     last: Option<std::result::Result<HarnessResponse, Arc<Error>>>,
     spend: Spend,
+    /// Whether the history was seeded (`seed_session_history`).
+    seeded: bool,
 }
 
 struct Running {
@@ -96,7 +100,11 @@ impl Session {
     fn new(thread_id: String) -> Self {
         Session {
             thread_id,
-            bus: Arc::new(EventBus::new(DEFAULT_EVENT_CAPACITY)),
+            bus: Arc::new(EventBus::new(
+                DEFAULT_EVENT_CAPACITY,
+                DEFAULT_EVENT_BYTES,
+                IDLE_EVENT_BYTES,
+            )),
             state: Mutex::new(State::default()),
             changed: watch::Sender::new(0),
         }
@@ -112,8 +120,14 @@ impl Session {
         self.changed.send_modify(|version| *version += 1);
     }
 
-    pub(crate) fn subscribe(&self) -> Subscription {
-        self.bus.subscribe()
+    pub(crate) fn subscribe(&self, replay: Replay) -> Subscription {
+        self.bus.subscribe(replay)
+    }
+
+    /// Whether the thread ever had a message accepted or its history seeded.
+    pub(crate) fn is_known(&self) -> bool {
+        let state = self.state();
+        state.seeded || state.runner_active || state.running.is_some() || state.last.is_some()
     }
 
     /// Queues a message (or hands a steer to the running turn) and makes sure a runner is going.
@@ -149,7 +163,9 @@ impl Session {
     }
 
     pub(crate) fn seed_history(&self, items: Vec<Item>) {
-        self.state().history = items;
+        let mut state = self.state();
+        state.history = items;
+        state.seeded = true;
     }
 
     pub(crate) fn history(&self) -> Vec<Item> {
@@ -157,8 +173,12 @@ impl Session {
     }
 
     pub(crate) fn status(&self) -> SessionStatus {
-        match &self.state().running {
-            None => SessionStatus::Idle,
+        let state = self.state();
+        match &state.running {
+            None if state.queue.is_empty() => SessionStatus::Idle,
+            None => SessionStatus::Queued {
+                queued: state.queue.len(),
+            },
             Some(running) if running.aborting => SessionStatus::Aborting {
                 turn_id: running.turn_id.clone(),
             },
@@ -275,12 +295,10 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         });
         (turn_id, started, inbox, ctx, message_ids, inputs)
     };
-    session
-        .bus
-        .publish(StreamEvent::Framework(FrameworkEvent::TurnStarted {
-            turn_id: turn_id.clone(),
-            message_ids,
-        }));
+    session.bus.publish_turn_start(FrameworkEvent::TurnStarted {
+        turn_id: turn_id.clone(),
+        message_ids,
+    });
     for item in inputs {
         session
             .bus
@@ -363,7 +381,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         };
         // Published before the lock is released, so whoever sees the turn gone (`abort`, `status`)
         // finds its end event already on the stream.
-        session.bus.publish(StreamEvent::Framework(event));
+        session.bus.publish_turn_end(event);
     }
     session.bump();
     true
