@@ -7,6 +7,9 @@
 //! slow one never holds up the turn or the others; whenever the next event it would read is further
 //! on than its cursor, it receives one `Lagged { skipped }` first — never a silent gap.
 //!
+//! While nobody subscribes, the ring keeps only [`UNWATCHED_EVENT_BYTES`]: a replay for a future
+//! subscriber needs no buffer to keep up.
+//!
 //! When a turn ends, the ended turns' events are compacted: their provider (`Sdk`) events are
 //! dropped — the `item_appended` events and the history carry their content — and their framework
 //! events are kept within [`IDLE_EVENT_BYTES`], oldest out first. Compaction only removes events every
@@ -33,6 +36,10 @@ pub const DEFAULT_EVENT_BYTES: usize = 256 * 1024;
 /// How many bytes of events (estimated) an idle session keeps for replay once its turns have ended.
 pub const IDLE_EVENT_BYTES: usize = 8 * 1024;
 
+/// How many bytes of events (estimated) a session keeps while nobody subscribes: only a replay for a
+/// future subscriber, which needs no buffer to keep up.
+pub const UNWATCHED_EVENT_BYTES: usize = 16 * 1024;
+
 /// Where a new subscription to a session's events starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -45,6 +52,30 @@ pub enum Replay {
     CurrentTurn,
     /// From now on: only events published after subscribing (the default of the derived streams).
     None,
+}
+
+/// The bounds of a session's ring.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Events kept at most.
+    pub(crate) events: usize,
+    /// Bytes kept at most while someone subscribes.
+    pub(crate) bytes: usize,
+    /// Bytes kept at most while nobody subscribes.
+    pub(crate) unwatched_bytes: usize,
+    /// Bytes of ended turns kept after compaction.
+    pub(crate) idle_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            events: DEFAULT_EVENT_CAPACITY,
+            bytes: DEFAULT_EVENT_BYTES,
+            unwatched_bytes: UNWATCHED_EVENT_BYTES,
+            idle_bytes: IDLE_EVENT_BYTES,
+        }
+    }
 }
 
 pub(crate) struct EventBus {
@@ -67,7 +98,10 @@ struct Ring {
     bytes: usize,
     max_events: usize,
     max_bytes: usize,
+    unwatched_bytes: usize,
     idle_bytes: usize,
+    /// How many subscriptions are live.
+    subscribers: usize,
     /// The sequence number of the running turn's `turn_started`.
     turn_start: Option<u64>,
     /// Events below this sequence number belong to ended turns.
@@ -81,15 +115,17 @@ struct Ring {
 }
 
 impl EventBus {
-    pub(crate) fn new(max_events: usize, max_bytes: usize, idle_bytes: usize) -> Self {
+    pub(crate) fn new(limits: Limits) -> Self {
         EventBus {
             ring: Mutex::new(Ring {
                 entries: VecDeque::new(),
                 next_seq: 0,
                 bytes: 0,
-                max_events: max_events.max(1),
-                max_bytes,
-                idle_bytes,
+                max_events: limits.events.max(1),
+                max_bytes: limits.bytes,
+                unwatched_bytes: limits.unwatched_bytes,
+                idle_bytes: limits.idle_bytes,
+                subscribers: 0,
                 turn_start: None,
                 ended_below: 0,
                 compacted_below: 0,
@@ -151,6 +187,7 @@ impl EventBus {
             Replay::CurrentTurn => ring.turn_start.unwrap_or(ring.next_seq),
             Replay::None => ring.next_seq,
         };
+        ring.subscribers += 1;
         let slot = match ring.cursors.iter().position(Option::is_none) {
             Some(slot) => {
                 ring.cursors[slot] = Some(cursor);
@@ -175,8 +212,13 @@ impl Ring {
         self.next_seq += 1;
         self.entries.push_back(Entry { seq, bytes, event });
         self.bytes += bytes;
+        let max_bytes = if self.subscribers == 0 {
+            self.unwatched_bytes
+        } else {
+            self.max_bytes
+        };
         while self.entries.len() > self.max_events
-            || (self.bytes > self.max_bytes && self.entries.len() > 1)
+            || (self.bytes > max_bytes && self.entries.len() > 1)
         {
             let Some(entry) = self.entries.pop_front() else {
                 break;
@@ -333,8 +375,10 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let compacted = {
             let mut ring = self.bus.ring();
-            if let Some(cursor) = ring.cursors.get_mut(self.slot) {
-                *cursor = None;
+            if let Some(cursor) = ring.cursors.get_mut(self.slot)
+                && cursor.take().is_some()
+            {
+                ring.subscribers -= 1;
             }
             if ring.blocker == Some(self.slot) {
                 ring.compact()
@@ -462,11 +506,21 @@ fn part_bytes(part: &ContentPart) -> usize {
         }
 }
 
+/// A map's tree node (one for up to 11 entries) and its entries' heap data.
 fn map_bytes(map: &serde_json::Map<String, Value>) -> usize {
-    map.iter()
-        .map(|(key, value)| key.len() + 32 + value_bytes(value))
-        .sum()
+    if map.is_empty() {
+        return 0;
+    }
+    MAP_NODE_BYTES * map.len().div_ceil(11)
+        + map
+            .iter()
+            .map(|(key, value)| key.len() + value_bytes(value) - std::mem::size_of::<Value>())
+            .sum::<usize>()
 }
+
+/// What one node of a JSON object's B-tree takes (11 keys and values and its header).
+const MAP_NODE_BYTES: usize =
+    11 * (std::mem::size_of::<String>() + std::mem::size_of::<Value>()) + 16;
 
 fn value_bytes(value: &Value) -> usize {
     std::mem::size_of::<Value>()

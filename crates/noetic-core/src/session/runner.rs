@@ -10,9 +10,7 @@ use tokio::sync::watch;
 
 use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
-use super::bus::{
-    DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, EventBus, IDLE_EVENT_BYTES, Replay, Subscription,
-};
+use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::steer::{Steer, SteerInbox};
 use crate::context::{Context, ContextOptions};
 use crate::event::{FrameworkEvent, StreamEvent};
@@ -82,7 +80,7 @@ struct State {
     history: Vec<Item>,
     running: Option<Running>,
     runner_active: bool,
-    last: Option<std::result::Result<HarnessResponse, Arc<Error>>>,
+    last: Option<std::result::Result<LastTurn, Arc<Error>>>,
     spend: Spend,
     /// Whether the history was seeded (`seed_session_history`).
     seeded: bool,
@@ -100,11 +98,7 @@ impl Session {
     fn new(thread_id: String) -> Self {
         Session {
             thread_id,
-            bus: Arc::new(EventBus::new(
-                DEFAULT_EVENT_CAPACITY,
-                DEFAULT_EVENT_BYTES,
-                IDLE_EVENT_BYTES,
-            )),
+            bus: Arc::new(EventBus::new(Limits::default())),
             state: Mutex::new(State::default()),
             changed: watch::Sender::new(0),
         }
@@ -164,7 +158,10 @@ impl Session {
 
     pub(crate) fn seed_history(&self, items: Vec<Item>) {
         let mut state = self.state();
-        state.history = items;
+        let previous = std::mem::replace(&mut state.history, items);
+        if let Some(Ok(last)) = &mut state.last {
+            last.detach(previous);
+        }
         state.seeded = true;
     }
 
@@ -235,7 +232,7 @@ impl Session {
                     && let Some(last) = &state.last
                 {
                     return match last {
-                        Ok(response) => Ok(response.clone()),
+                        Ok(last) => Ok(last.response(&state.history)),
                         Err(error) => Err(Error::TurnFailed {
                             source: error.clone(),
                         }),
@@ -246,6 +243,48 @@ impl Session {
                 return Err(Error::cancelled(Some("session closed".to_owned())));
             }
         }
+    }
+}
+
+/// The last successful turn's response as an idle session keeps it: without the copy of the history
+/// (`items`) while the history is still the turn's, and without the copy of the answer (`text`) when
+/// the output is that text.
+struct LastTurn {
+    response: HarnessResponse,
+    /// Whether `response.items` is the session's current history (not stored twice).
+    items_are_history: bool,
+}
+
+impl LastTurn {
+    /// Keeps `response` (built with empty `items`), dropping its text when the output carries it.
+    fn keep(mut response: HarnessResponse) -> Self {
+        if matches!(&response.output, Value::String(text) if *text == response.text) {
+            response.text = String::new();
+        }
+        LastTurn {
+            response,
+            items_are_history: true,
+        }
+    }
+
+    /// The history is about to be replaced: keep the turn's own items.
+    fn detach(&mut self, history: Vec<Item>) {
+        if self.items_are_history {
+            self.response.items = history;
+            self.items_are_history = false;
+        }
+    }
+
+    /// The response as `agent_response` returns it.
+    fn response(&self, history: &[Item]) -> HarnessResponse {
+        let mut response = self.response.clone();
+        if self.items_are_history {
+            response.items = history.to_vec();
+        }
+        if let Value::String(text) = &response.output {
+            response.text.clone_from(text);
+        }
+        response
     }
 }
 
@@ -345,8 +384,10 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         let event = match result {
             Ok(output) => {
                 let spend = ctx.spend();
+                // `items` and `text` are filled in when the response is read (`LastTurn`): an idle
+                // session keeps neither a second copy of its history nor of its answer.
                 let response = HarnessResponse {
-                    items: history.clone(),
+                    items: Vec::new(),
                     usage: spend.usage,
                     cost: spend.cost,
                     text: match &output {
@@ -361,7 +402,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
                         .unwrap_or_default(),
                 };
                 state.history = history;
-                state.last = Some(Ok(response));
+                state.last = Some(Ok(LastTurn::keep(response)));
                 FrameworkEvent::TurnCompleted {
                     turn_id,
                     duration_ms,

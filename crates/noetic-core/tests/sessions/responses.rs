@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use noetic_core::item::Item;
-use noetic_core::{DeliveryMode, Error, ExecuteOptions, Input, Scope, SessionStatus};
+use noetic_core::{
+    DEFAULT_THREAD, DeliveryMode, Error, ExecuteOptions, Input, Scope, SessionStatus,
+};
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 
 use crate::support::{echo_model, guarded, paced_harness, scripted_harness, text_events};
@@ -191,4 +193,27 @@ async fn agent_response_right_after_execute_waits_for_the_first_turn() {
     .await
     .unwrap();
     assert_eq!(response.text, "echo: hi");
+}
+
+#[tokio::test]
+async fn the_last_response_keeps_its_turns_items_after_the_history_is_seeded_again() {
+    let model = echo_model();
+    let harness = scripted_harness(&model);
+    harness
+        .execute("hi", ExecuteOptions::default())
+        .await
+        .unwrap();
+    let first = harness.agent_response(Scope::default()).await.unwrap();
+    assert_eq!(first.items.len(), 2);
+    assert_eq!(first.text, "echo: hi");
+    harness.seed_session_history(DEFAULT_THREAD, vec![Item::user_text("replaced")]);
+    let again = harness.agent_response(Scope::default()).await.unwrap();
+    assert_eq!(
+        again, first,
+        "the turn's own conversation, not the new history"
+    );
+    assert_eq!(
+        harness.session_history(Scope::default()),
+        [Item::user_text("replaced")]
+    );
 }

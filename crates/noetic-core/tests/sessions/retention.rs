@@ -1,17 +1,21 @@
 //! What a session keeps for replay: bounded by bytes as well as by count, compacted when a turn ends
 //! (provider events dropped, framework events kept within a small budget), and never at the expense
-//! of a subscriber still reading.
+//! of a subscriber still reading; while nobody subscribes, only a small replay is kept.
 
 use std::sync::Arc;
 
 use futures_util::{FutureExt, StreamExt};
-use noetic_core::session::{DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES};
+use noetic_core::model::ReasoningKind;
+use noetic_core::session::{DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES, Replay};
 use noetic_core::{
-    ExecuteOptions, FrameworkEvent, Item, ResponseEvent, Scope, SessionChunk, StreamEvent,
+    AgentHarness, ExecuteOptions, FrameworkEvent, Item, ResponseEvent, Scope, SessionChunk,
+    StreamEvent,
 };
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 
-use crate::support::{Events, framework, guarded, is_turn_end, scripted_harness};
+use crate::support::{
+    Events, Gate, framework, guarded, is_turn_end, llm_with, scripted_harness, tool_call_events,
+};
 
 async fn run_turn(harness: &noetic_core::AgentHarness, message: &str) {
     harness
@@ -193,4 +197,53 @@ async fn a_slow_subscriber_lags_once_the_retained_events_pass_the_byte_bound() {
     // The turn itself lost nothing.
     let history = harness.session_history(Scope::default());
     assert_eq!(history.last().and_then(Item::text), Some(answer));
+}
+
+#[tokio::test]
+async fn while_nobody_subscribes_a_running_turn_keeps_only_a_small_replay() {
+    // Round 1: 300 reasoning deltas of 100 bytes (about 140 KiB retained), then a call to `wait`.
+    let mut first = tool_call_events(&[("c1", "wait")]);
+    let reasoning = (0..300).map(|_| ResponseEvent::ReasoningDelta {
+        kind: ReasoningKind::Text,
+        output_index: 9,
+        part_index: 0,
+        delta: "r".repeat(100),
+    });
+    first.splice(1..1, reasoning);
+    let model = ScriptedModel::with_responses([
+        ScriptedResponse::events(first),
+        ScriptedResponse::text("done"),
+    ]);
+    let gate = Gate::new();
+    let harness = AgentHarness::builder("agent")
+        .provider("scripted", model.clone())
+        .agent_graph(llm_with(vec![gate.tool()]))
+        .build()
+        .unwrap();
+    harness
+        .execute("think", ExecuteOptions::default())
+        .await
+        .unwrap();
+    // Every event of round 1 is published once its tool call runs.
+    gate.started().await;
+    let mut joined = Events::new(harness.events_with(Scope::default(), Replay::CurrentTurn));
+    let replay = joined.ready();
+    let StreamEvent::Lagged { skipped } = *replay[0] else {
+        panic!("expected lagged first, got {:?}", replay[0]);
+    };
+    assert!(skipped > 150, "most of the round was not kept: {skipped}");
+    let kept = replay.iter().filter(|event| is_sdk(event)).count();
+    assert!(kept < 150, "{kept} provider events kept");
+    // A subscriber now reads everything that follows.
+    gate.release();
+    let rest = joined.turn().await;
+    assert!(
+        !rest
+            .iter()
+            .any(|event| matches!(**event, StreamEvent::Lagged { .. }))
+    );
+    assert_eq!(
+        harness.agent_response(Scope::default()).await.unwrap().text,
+        "done"
+    );
 }
