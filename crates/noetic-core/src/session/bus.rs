@@ -38,7 +38,7 @@ pub const IDLE_EVENT_BYTES: usize = 8 * 1024;
 
 /// How many bytes of events (estimated) a session keeps while nobody subscribes: only a replay for a
 /// future subscriber, which needs no buffer to keep up.
-pub const UNWATCHED_EVENT_BYTES: usize = 16 * 1024;
+pub const UNWATCHED_EVENT_BYTES: usize = 8 * 1024;
 
 /// Where a new subscription to a session's events starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
