@@ -10,7 +10,7 @@ use futures_util::stream::{BoxStream, SelectAll};
 use noetic_core::item::Item;
 use noetic_core::{
     AbortOptions, AgentHarness, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, FrameworkEvent,
-    Scope, SessionStatus, StreamEvent,
+    Replay, Scope, SessionStatus, StreamEvent,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -105,6 +105,10 @@ fn parse_json(line: &str) -> Result<Line, String> {
         };
     }
     let input = match value.get("input") {
+        Some(Value::String(body)) if body.is_empty() => return Err("`input` is empty".to_owned()),
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err("`input` is empty".to_owned());
+        }
         Some(Value::String(body)) => text(body),
         Some(Value::Array(items)) => items
             .iter()
@@ -144,6 +148,7 @@ fn status_json(status: &SessionStatus, queued: usize) -> Value {
         SessionStatus::Aborting { turn_id } => {
             serde_json::json!({"status": "aborting", "turnId": turn_id, "queued": queued})
         }
+        SessionStatus::Queued { .. } => serde_json::json!({"status": "queued", "queued": queued}),
         _ => serde_json::json!({"status": "idle", "queued": queued}),
     }
 }
@@ -205,9 +210,13 @@ impl Threads {
         if !self.known.contains(&thread) {
             self.known.push(thread.clone());
             let tag = (thread != self.own).then(|| thread.clone());
-            let events = harness.events(Scope {
-                thread_id: Some(thread.clone()),
-            });
+            // From now on: the chat subscribes before it sends, so it sees all of its turns.
+            let events = harness.events_with(
+                Scope {
+                    thread_id: Some(thread.clone()),
+                },
+                Replay::None,
+            );
             self.events
                 .push(events.map(move |event| (tag.clone(), event)).boxed());
         }
@@ -359,5 +368,27 @@ mod tests {
         );
         assert!(parse_json("{oops").unwrap_err().contains("JSON"));
         assert!(parse_json(r#"{"foo": 1}"#).unwrap_err().contains("input"));
+        assert!(
+            parse_json(r#"{"input": ""}"#)
+                .unwrap_err()
+                .contains("`input` is empty")
+        );
+        assert!(
+            parse_json(r#"{"input": []}"#)
+                .unwrap_err()
+                .contains("`input` is empty")
+        );
+    }
+
+    #[test]
+    fn a_thread_with_a_queued_message_reports_queued_not_idle() {
+        assert_eq!(
+            status_json(&SessionStatus::Queued { queued: 1 }, 1),
+            serde_json::json!({"status": "queued", "queued": 1})
+        );
+        assert_eq!(
+            status_json(&SessionStatus::Idle, 0),
+            serde_json::json!({"status": "idle", "queued": 0})
+        );
     }
 }

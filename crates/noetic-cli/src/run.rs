@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use futures_util::StreamExt;
-use noetic_core::{ExecuteOptions, FrameworkEvent, Scope, StreamEvent};
+use noetic_core::{ExecuteOptions, FrameworkEvent, Replay, Scope, StreamEvent};
 use tokio::io::AsyncReadExt;
 
 use crate::Failure;
@@ -34,8 +34,8 @@ pub(crate) async fn run(
     let scope = Scope {
         thread_id: options.thread.clone(),
     };
-    // Subscribe before executing so no event of the turn is missed.
-    let mut events = harness.events(scope.clone());
+    // Subscribe before executing so no event of the turn is missed, and none of an earlier one shown.
+    let mut events = harness.events_with(scope.clone(), Replay::None);
     let execute = ExecuteOptions {
         thread_id: options.thread.clone(),
         ..ExecuteOptions::default()

@@ -117,6 +117,10 @@ pub const CODES: &[(&str, &str)] = &[
         "INVALID_ARGUMENT",
         "An API was called with an invalid argument (named in the message).",
     ),
+    (
+        "NOT_FOUND",
+        "An id names nothing the harness knows, e.g. `agent_response` for a thread that never received a message (the kind and the id are named).",
+    ),
 ];
 
 /// The error type of `noetic-core`.
@@ -377,6 +381,17 @@ pub enum Error {
         message: String,
     },
 
+    /// An id names nothing the harness knows.
+    #[error("unknown {kind} `{id}`: {hint}")]
+    NotFound {
+        /// What kind of thing was looked up (`thread`, …).
+        kind: &'static str,
+        /// The id that was not found.
+        id: String,
+        /// What would make it known.
+        hint: &'static str,
+    },
+
     /// A session turn failed; `agent_response` returns the turn's own error inside, and `code()` is that
     /// error's code.
     #[error("turn failed: {source}")]
@@ -483,6 +498,7 @@ impl Error {
             Error::Storage { .. } => "STORAGE_ERROR",
             Error::LeaseLost { .. } => "LEASE_LOST",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            Error::NotFound { .. } => "NOT_FOUND",
             Error::TurnFailed { source } => source.code(),
             Error::Adapter { code, .. } => code,
         }

@@ -57,7 +57,8 @@ pub use layer::{
 pub use model::{ModelProvider, ModelRequest, ModelStream, ResponseEvent};
 pub use session::{
     AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
-    ItemSnapshot, Scope, SessionStatus, Steer, SteerDecision, SteerPoint,
+    ItemSnapshot, Replay, Scope, SessionChunk, SessionStatus, Steer, SteerDecision, SteerPoint,
+    TurnOutcome,
 };
 pub use step::{
     Backoff, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder, LoopBuilder, LoopStart,

@@ -8,8 +8,9 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::Value;
 
+use super::bus::Replay;
 use super::runner::Message;
-use super::streams::{ItemSnapshot, item_snapshots};
+use super::streams::{ItemSnapshot, SessionChunk, item_snapshots, text_chunks};
 use super::{DEFAULT_THREAD, DeliveryMode};
 use crate::context::ContextOptions;
 use crate::event::StreamEvent;
@@ -21,8 +22,9 @@ use crate::step::call_model::assemble_request;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
 
-/// What `execute` accepts: text (one user message with one `input_text` part; empty text is no
-/// item), one item, or several items, used as given.
+/// What `execute` accepts: text (one user message with one `input_text` part), one item, or several
+/// items, used as given. Empty text and an empty list are rejected (`INVALID_ARGUMENT`): they would
+/// start a paid model turn with nothing new.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Input {
@@ -141,8 +143,13 @@ pub struct AbortOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SessionStatus {
-    /// No turn is running.
+    /// No turn is running and nothing is queued.
     Idle,
+    /// Messages are accepted and waiting, and no turn is running yet: the next turn is about to start.
+    Queued {
+        /// How many messages wait.
+        queued: usize,
+    },
     /// A turn is running.
     Running {
         /// The turn's id.
@@ -180,19 +187,30 @@ impl AgentHarness {
     /// answers. Turns run one at a time per thread; see [`crate::session`] for delivery modes.
     ///
     /// # Errors
-    /// [`Error::NoStepConfigured`] when the harness has no agent graph.
+    /// [`Error::NoStepConfigured`] when the harness has no agent graph; [`Error::InvalidArgument`]
+    /// (`input`) for empty text or an empty item list. Nothing is queued then.
     ///
     /// # Cancel safety
     /// Cancel safe: the message is queued before the first await point (there is none).
     pub async fn execute(&self, input: impl Into<Input>, options: ExecuteOptions) -> Result<()> {
         let graph = self.agent_graph_node().ok_or(Error::NoStepConfigured)?;
+        let items = input.into().into_items();
+        if items.is_empty() {
+            return Err(Error::InvalidArgument {
+                argument: "input",
+                message:
+                    "it is empty: give text or at least one item (an empty message would start a \
+                          model turn with nothing new)"
+                        .to_owned(),
+            });
+        }
         let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
         let session = self.sessions().get_or_create(thread_id);
         let message = Message {
             id: options
                 .message_id
                 .unwrap_or_else(|| format!("msg-{}", crate::id::new_id())),
-            items: input.into().into_items(),
+            items,
             mode: options
                 .delivery_mode
                 .unwrap_or_else(|| self.default_delivery_mode()),
@@ -203,21 +221,33 @@ impl AgentHarness {
     }
 
     /// Waits until the thread is idle with an empty queue, then returns the last turn's response.
-    /// Before any turn it waits for the first one.
+    /// Before any turn (a message accepted, or history seeded, but no turn ended yet) it waits for
+    /// the first one.
     ///
     /// # Errors
-    /// [`Error::TurnFailed`] (with the turn's own error and code) when the last turn failed.
+    /// [`Error::TurnFailed`] (with the turn's own error and code) when the last turn failed;
+    /// [`Error::NotFound`] (`NOT_FOUND`, naming the thread) at once for a thread that never had a
+    /// message accepted nor its history seeded — it creates no session.
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn agent_response(&self, scope: Scope) -> Result<HarnessResponse> {
-        self.sessions()
-            .get_or_create(scope.thread_id())
-            .response()
-            .await
+        let thread_id = scope.thread_id();
+        let session = self
+            .sessions()
+            .get(thread_id)
+            .filter(|session| session.is_known())
+            .ok_or_else(|| Error::NotFound {
+                kind: "thread",
+                id: thread_id.to_owned(),
+                hint: "no message was accepted on it and no history was seeded",
+            })?;
+        session.response().await
     }
 
-    /// What the thread is doing (`Idle` for a thread never used).
+    /// What the thread is doing: `Queued` from the moment a message is accepted until its turn
+    /// starts, `Running` while a turn runs, `Idle` when nothing runs or waits (also for a thread never
+    /// used).
     pub fn status(&self, scope: Scope) -> SessionStatus {
         self.sessions()
             .get(scope.thread_id())
@@ -286,54 +316,90 @@ impl AgentHarness {
         self.sessions().get_or_create(thread_id).seed_history(items);
     }
 
-    /// Every event of the thread's turns: provider events, framework events, and `Lagged` when this
-    /// subscriber fell behind. Subscribe before the first `execute` to see everything; a later
-    /// subscriber starts with a bounded replay of recent events. The stream never ends by itself.
+    /// Every event of the thread's turns: provider events, framework events, and `Lagged { skipped }`
+    /// when this subscriber fell behind. Starts with a replay of what the session keeps
+    /// ([`Replay::Retained`]): subscribe before the first `execute` to see everything; a later
+    /// subscriber first gets the compacted past (the framework events of ended turns, a `Lagged`
+    /// standing for their dropped provider events) and the running turn so far. The stream never ends
+    /// by itself. See [`AgentHarness::events_with`] to start elsewhere.
     pub fn events(&self, scope: Scope) -> BoxStream<'static, Arc<StreamEvent>> {
+        self.events_with(scope, Replay::Retained)
+    }
+
+    /// The thread's events, starting where `replay` says: with what the session keeps
+    /// ([`Replay::Retained`]), with the running turn from its start ([`Replay::CurrentTurn`]), or with
+    /// the next event published ([`Replay::None`]).
+    pub fn events_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, Arc<StreamEvent>> {
         self.sessions()
             .get_or_create(scope.thread_id())
-            .subscribe()
+            .subscribe(replay)
             .into_stream()
             .boxed()
     }
 
-    /// The text deltas of the thread's model calls, across turns.
-    pub fn text_stream(&self, scope: Scope) -> BoxStream<'static, String> {
-        self.events(scope)
-            .filter_map(|event| async move {
-                match &*event {
-                    StreamEvent::Sdk(sdk) => match &**sdk {
-                        ResponseEvent::OutputTextDelta { delta, .. } => Some(delta.clone()),
-                        _ => None,
-                    },
-                    _ => None,
-                }
-            })
-            .boxed()
+    /// The text deltas of the thread's model calls, from now on ([`Replay::None`]): each turn as
+    /// [`SessionChunk::TurnStarted`], its deltas as [`SessionChunk::Data`], then
+    /// [`SessionChunk::TurnEnded`]; [`SessionChunk::Lagged`] where this subscriber fell behind.
+    /// Subscribe before `execute` to see the whole turn, or use [`AgentHarness::text_stream_with`]
+    /// with [`Replay::CurrentTurn`] to join a running one from its start.
+    pub fn text_stream(&self, scope: Scope) -> BoxStream<'static, SessionChunk<String>> {
+        self.text_stream_with(scope, Replay::None)
     }
 
-    /// The reasoning deltas (raw reasoning text and summaries) of the thread's model calls.
-    pub fn reasoning_stream(&self, scope: Scope) -> BoxStream<'static, String> {
-        self.events(scope)
-            .filter_map(|event| async move {
-                match &*event {
-                    StreamEvent::Sdk(sdk) => match &**sdk {
-                        ResponseEvent::ReasoningDelta {
-                            kind: ReasoningKind::Text | ReasoningKind::Summary,
-                            delta,
-                            ..
-                        } => Some(delta.clone()),
-                        _ => None,
-                    },
-                    _ => None,
-                }
-            })
-            .boxed()
+    /// [`AgentHarness::text_stream`], starting where `replay` says.
+    pub fn text_stream_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, SessionChunk<String>> {
+        text_chunks(self.events_with(scope, replay), |event| match event {
+            ResponseEvent::OutputTextDelta { delta, .. } => Some(delta),
+            _ => None,
+        })
+        .boxed()
     }
 
-    /// Item snapshots of the thread: inputs and tool outputs complete, model output items as they
-    /// stream (incomplete, then complete). Replace snapshots by [`ItemSnapshot::key`].
-    pub fn item_stream(&self, scope: Scope) -> BoxStream<'static, ItemSnapshot> {
-        item_snapshots(self.events(scope)).boxed()
+    /// The reasoning deltas (raw reasoning text and summaries) of the thread's model calls, from now
+    /// on, in the chunks of [`AgentHarness::text_stream`].
+    pub fn reasoning_stream(&self, scope: Scope) -> BoxStream<'static, SessionChunk<String>> {
+        self.reasoning_stream_with(scope, Replay::None)
+    }
+
+    /// [`AgentHarness::reasoning_stream`], starting where `replay` says.
+    pub fn reasoning_stream_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, SessionChunk<String>> {
+        text_chunks(self.events_with(scope, replay), |event| match event {
+            ResponseEvent::ReasoningDelta {
+                kind: ReasoningKind::Text | ReasoningKind::Summary,
+                delta,
+                ..
+            } => Some(delta),
+            _ => None,
+        })
+        .boxed()
+    }
+
+    /// Item snapshots of the thread, from now on, in the chunks of [`AgentHarness::text_stream`]:
+    /// inputs and tool outputs complete, model output items as they stream (incomplete, then
+    /// complete). Replace snapshots by [`ItemSnapshot::key`]. After a `Lagged`, an item that was
+    /// streaming is next shown complete.
+    pub fn item_stream(&self, scope: Scope) -> BoxStream<'static, SessionChunk<ItemSnapshot>> {
+        self.item_stream_with(scope, Replay::None)
+    }
+
+    /// [`AgentHarness::item_stream`], starting where `replay` says.
+    pub fn item_stream_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, SessionChunk<ItemSnapshot>> {
+        item_snapshots(self.events_with(scope, replay)).boxed()
     }
 }

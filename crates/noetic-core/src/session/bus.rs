@@ -1,41 +1,136 @@
-//! A session's event bus: a bounded ring with replay, per-subscriber cursors and explicit lag.
+//! A session's event bus: a ring bounded by count and by bytes, with replay, per-subscriber cursors,
+//! compaction at turn end and explicit lag.
 //!
-//! Publishing never waits: it appends to the ring (dropping the oldest event when full) and wakes the
-//! subscribers. Each subscriber reads from its own cursor, so a slow one never holds up the turn or the
-//! others; when the ring has moved past its cursor it receives one `Lagged { skipped }` event and resumes
-//! at the oldest retained event. A new subscriber starts at the oldest retained event: a subscriber
-//! made before the first turn sees everything, a late one a bounded replay of the recent past.
+//! Every published event gets a sequence number. Publishing never waits: it appends to the ring
+//! (dropping the oldest events while the ring holds more than its count or byte bound) and wakes the
+//! subscribers. Each subscriber reads from its own cursor (the sequence number it wants next), so a
+//! slow one never holds up the turn or the others; whenever the next event it would read is further
+//! on than its cursor, it receives one `Lagged { skipped }` first — never a silent gap.
+//!
+//! While nobody subscribes, the ring keeps only [`UNWATCHED_EVENT_BYTES`]: a replay for a future
+//! subscriber needs no buffer to keep up.
+//!
+//! When a turn ends, the ended turns' events are compacted: their provider (`Sdk`) events are
+//! dropped — the `item_appended` events and the history carry their content — and their framework
+//! events are kept within [`IDLE_EVENT_BYTES`], oldest out first. Compaction only removes events every
+//! live subscriber has read: one that is behind when the turn ends keeps reading everything, and the
+//! compaction completes once it has caught up (or is dropped).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::Stream;
+use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::event::{EventSink, StreamEvent};
+use crate::event::{EventSink, FrameworkEvent, StreamEvent};
+use crate::item::{ContentPart, Item};
+use crate::model::ResponseEvent;
 
 /// How many events a session keeps for replay and for slow subscribers.
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
+
+/// How many bytes of events (estimated) a session keeps for replay and for slow subscribers.
+pub const DEFAULT_EVENT_BYTES: usize = 256 * 1024;
+
+/// How many bytes of events (estimated) an idle session keeps for replay once its turns have ended.
+pub const IDLE_EVENT_BYTES: usize = 8 * 1024;
+
+/// How many bytes of events (estimated) a session keeps while nobody subscribes: only a replay for a
+/// future subscriber, which needs no buffer to keep up.
+pub const UNWATCHED_EVENT_BYTES: usize = 8 * 1024;
+
+/// Where a new subscription to a session's events starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Replay {
+    /// With everything the session still keeps: the compacted past (framework events of ended
+    /// turns, with a `Lagged` where provider events were dropped) and the running turn's events (the
+    /// default of `events`).
+    Retained,
+    /// With the running turn's events from its start (nothing when no turn runs), then live.
+    CurrentTurn,
+    /// From now on: only events published after subscribing (the default of the derived streams).
+    None,
+}
+
+/// The bounds of a session's ring.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Events kept at most.
+    pub(crate) events: usize,
+    /// Bytes kept at most while someone subscribes.
+    pub(crate) bytes: usize,
+    /// Bytes kept at most while nobody subscribes.
+    pub(crate) unwatched_bytes: usize,
+    /// Bytes of ended turns kept after compaction.
+    pub(crate) idle_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            events: DEFAULT_EVENT_CAPACITY,
+            bytes: DEFAULT_EVENT_BYTES,
+            unwatched_bytes: UNWATCHED_EVENT_BYTES,
+            idle_bytes: IDLE_EVENT_BYTES,
+        }
+    }
+}
 
 pub(crate) struct EventBus {
     ring: Mutex<Ring>,
     notify: Notify,
 }
 
+struct Entry {
+    seq: u64,
+    bytes: usize,
+    event: Arc<StreamEvent>,
+}
+
 struct Ring {
-    events: VecDeque<Arc<StreamEvent>>,
-    /// The sequence number of `events[0]`.
-    first_seq: u64,
-    capacity: usize,
+    /// Retained events in sequence order; sequence numbers have gaps where events were compacted.
+    entries: VecDeque<Entry>,
+    /// The sequence number of the next event published.
+    next_seq: u64,
+    /// The estimated bytes of `entries`.
+    bytes: usize,
+    max_events: usize,
+    max_bytes: usize,
+    unwatched_bytes: usize,
+    idle_bytes: usize,
+    /// How many subscriptions are live.
+    subscribers: usize,
+    /// The sequence number of the running turn's `turn_started`.
+    turn_start: Option<u64>,
+    /// Events below this sequence number belong to ended turns.
+    ended_below: u64,
+    /// Events below this sequence number have been compacted.
+    compacted_below: u64,
+    /// The subscriber slot whose cursor held the last compaction back.
+    blocker: Option<usize>,
+    /// Each live subscriber's cursor (the sequence number it reads next); `None` for a free slot.
+    cursors: Vec<Option<u64>>,
 }
 
 impl EventBus {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(limits: Limits) -> Self {
         EventBus {
             ring: Mutex::new(Ring {
-                events: VecDeque::new(),
-                first_seq: 0,
-                capacity: capacity.max(1),
+                entries: VecDeque::new(),
+                next_seq: 0,
+                bytes: 0,
+                max_events: limits.events.max(1),
+                max_bytes: limits.bytes,
+                unwatched_bytes: limits.unwatched_bytes,
+                idle_bytes: limits.idle_bytes,
+                subscribers: 0,
+                turn_start: None,
+                ended_below: 0,
+                compacted_below: 0,
+                blocker: None,
+                cursors: Vec::new(),
             }),
             notify: Notify::new(),
         }
@@ -48,24 +143,156 @@ impl EventBus {
     }
 
     pub(crate) fn publish(&self, event: StreamEvent) {
+        let bytes = approx_bytes(&event);
+        self.ring().push(Arc::new(event), bytes);
+        self.notify.notify_waiters();
+    }
+
+    /// Publishes a turn's `turn_started`, remembering where the turn starts.
+    pub(crate) fn publish_turn_start(&self, event: FrameworkEvent) {
+        let bytes = approx_framework_bytes(&event);
+        let event = Arc::new(StreamEvent::Framework(event));
         {
             let mut ring = self.ring();
-            if ring.events.len() == ring.capacity {
-                ring.events.pop_front();
-                ring.first_seq += 1;
-            }
-            ring.events.push_back(Arc::new(event));
+            ring.turn_start = Some(ring.next_seq);
+            ring.push(event, bytes);
         }
         self.notify.notify_waiters();
     }
 
-    /// A subscription starting at the oldest retained event.
-    pub(crate) fn subscribe(self: &Arc<Self>) -> Subscription {
-        let cursor = self.ring().first_seq;
+    /// Publishes a turn's end event and compacts the ended turns.
+    pub(crate) fn publish_turn_end(&self, event: FrameworkEvent) {
+        let bytes = approx_framework_bytes(&event);
+        let event = Arc::new(StreamEvent::Framework(event));
+        let compacted = {
+            let mut ring = self.ring();
+            ring.push(event, bytes);
+            ring.turn_start = None;
+            ring.ended_below = ring.next_seq;
+            ring.compact()
+        };
+        self.notify.notify_waiters();
+        // What compaction removed is freed outside the lock.
+        drop(compacted);
+    }
+
+    /// A subscription starting where `replay` says.
+    pub(crate) fn subscribe(self: &Arc<Self>, replay: Replay) -> Subscription {
+        let mut ring = self.ring();
+        let cursor = match replay {
+            Replay::Retained => ring
+                .entries
+                .front()
+                .map_or(ring.next_seq, |entry| entry.seq),
+            Replay::CurrentTurn => ring.turn_start.unwrap_or(ring.next_seq),
+            Replay::None => ring.next_seq,
+        };
+        ring.subscribers += 1;
+        let slot = match ring.cursors.iter().position(Option::is_none) {
+            Some(slot) => {
+                ring.cursors[slot] = Some(cursor);
+                slot
+            }
+            None => {
+                ring.cursors.push(Some(cursor));
+                ring.cursors.len() - 1
+            }
+        };
         Subscription {
             bus: self.clone(),
-            cursor,
+            slot,
         }
+    }
+}
+
+impl Ring {
+    /// Appends an event and drops the oldest while over a bound.
+    fn push(&mut self, event: Arc<StreamEvent>, bytes: usize) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.push_back(Entry { seq, bytes, event });
+        self.bytes += bytes;
+        let max_bytes = if self.subscribers == 0 {
+            self.unwatched_bytes
+        } else {
+            self.max_bytes
+        };
+        while self.entries.len() > self.max_events
+            || (self.bytes > max_bytes && self.entries.len() > 1)
+        {
+            let Some(entry) = self.entries.pop_front() else {
+                break;
+            };
+            self.bytes -= entry.bytes;
+        }
+    }
+
+    /// The index of the first retained event at or after `seq`.
+    fn position(&self, seq: u64) -> usize {
+        let len = self.entries.len();
+        let Some(back) = self.entries.back() else {
+            return 0;
+        };
+        if seq > back.seq {
+            return len;
+        }
+        // The running turn's events are contiguous at the back: a live reader finds its event at once.
+        let from_back = (back.seq - seq) as usize;
+        if from_back < len && self.entries[len - 1 - from_back].seq == seq {
+            return len - 1 - from_back;
+        }
+        self.entries.partition_point(|entry| entry.seq < seq)
+    }
+
+    /// Compacts the ended turns' events that every live subscriber has read; returns what it removed.
+    fn compact(&mut self) -> Vec<Entry> {
+        if self.compacted_below >= self.ended_below {
+            return Vec::new();
+        }
+        let (slowest, slot) = self
+            .cursors
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, cursor)| cursor.map(|cursor| (cursor, Some(slot))))
+            .min()
+            .unwrap_or((u64::MAX, None));
+        let limit = self.ended_below.min(slowest);
+        self.blocker = if limit < self.ended_below { slot } else { None };
+        if limit <= self.compacted_below {
+            return Vec::new();
+        }
+        let mut removed = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.entries.len());
+        for entry in self.entries.drain(..) {
+            let compactable = entry.seq >= self.compacted_below && entry.seq < limit;
+            if compactable && matches!(*entry.event, StreamEvent::Sdk(_)) {
+                self.bytes -= entry.bytes;
+                removed.push(entry);
+            } else {
+                kept.push_back(entry);
+            }
+        }
+        self.entries = kept;
+        // The ended turns' framework events stay within the idle budget, oldest out first.
+        let mut ended_bytes: usize = self
+            .entries
+            .iter()
+            .take_while(|entry| entry.seq < limit)
+            .map(|entry| entry.bytes)
+            .sum();
+        while ended_bytes > self.idle_bytes {
+            let Some(entry) = self.entries.pop_front() else {
+                break;
+            };
+            ended_bytes -= entry.bytes;
+            self.bytes -= entry.bytes;
+            removed.push(entry);
+        }
+        self.compacted_below = limit;
+        if self.entries.capacity() > 2 * self.entries.len() + 16 {
+            self.entries.shrink_to_fit();
+        }
+        removed
     }
 }
 
@@ -78,30 +305,38 @@ impl EventSink for EventBus {
 /// A reader of a session's events.
 pub(crate) struct Subscription {
     bus: Arc<EventBus>,
-    cursor: u64,
+    slot: usize,
 }
 
 enum Read {
     Event(Arc<StreamEvent>),
     Lagged(u64),
-    Empty,
+    Empty(Vec<Entry>),
 }
 
 impl Subscription {
     fn try_read(&mut self) -> Read {
-        let ring = self.bus.ring();
-        if self.cursor < ring.first_seq {
-            let skipped = ring.first_seq - self.cursor;
-            self.cursor = ring.first_seq;
-            return Read::Lagged(skipped);
+        let mut ring = self.bus.ring();
+        let Some(cursor) = ring.cursors.get(self.slot).copied().flatten() else {
+            return Read::Empty(Vec::new());
+        };
+        let index = ring.position(cursor);
+        let (next_seq, event) = match ring.entries.get(index) {
+            Some(entry) => (entry.seq, Some(entry.event.clone())),
+            None => (ring.next_seq, None),
+        };
+        if next_seq > cursor {
+            ring.cursors[self.slot] = Some(next_seq);
+            return Read::Lagged(next_seq - cursor);
         }
-        let index = (self.cursor - ring.first_seq) as usize;
-        match ring.events.get(index) {
+        match event {
             Some(event) => {
-                self.cursor += 1;
-                Read::Event(event.clone())
+                ring.cursors[self.slot] = Some(cursor + 1);
+                Read::Event(event)
             }
-            None => Read::Empty,
+            // Caught up: if this subscriber held a compaction back, it can run now.
+            None if ring.blocker == Some(self.slot) => Read::Empty(ring.compact()),
+            None => Read::Empty(Vec::new()),
         }
     }
 
@@ -119,7 +354,10 @@ impl Subscription {
             match self.try_read() {
                 Read::Event(event) => return event,
                 Read::Lagged(skipped) => return Arc::new(StreamEvent::Lagged { skipped }),
-                Read::Empty => notified.await,
+                Read::Empty(compacted) => {
+                    drop(compacted);
+                    notified.await;
+                }
             }
         }
     }
@@ -131,4 +369,165 @@ impl Subscription {
             Some((event, subscription))
         })
     }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let compacted = {
+            let mut ring = self.bus.ring();
+            if let Some(cursor) = ring.cursors.get_mut(self.slot)
+                && cursor.take().is_some()
+            {
+                ring.subscribers -= 1;
+            }
+            if ring.blocker == Some(self.slot) {
+                ring.compact()
+            } else {
+                Vec::new()
+            }
+        };
+        drop(compacted);
+    }
+}
+
+/// What a retained entry costs besides its payload: the ring slot and the event's allocation.
+const ENTRY_BYTES: usize =
+    std::mem::size_of::<Entry>() + std::mem::size_of::<StreamEvent>() + 2 * ARC_COUNTS;
+/// The reference counts of an `Arc` allocation.
+const ARC_COUNTS: usize = 2 * std::mem::size_of::<usize>();
+
+/// An estimate of what retaining `event` costs, from the lengths of its strings: cheap (no encoding,
+/// no allocation); linear in the event's size only for items and pass-through JSON.
+fn approx_bytes(event: &StreamEvent) -> usize {
+    match event {
+        StreamEvent::Sdk(sdk) => {
+            ENTRY_BYTES + std::mem::size_of::<ResponseEvent>() + ARC_COUNTS + approx_sdk_bytes(sdk)
+        }
+        StreamEvent::Framework(framework) => approx_framework_bytes(framework),
+        _ => ENTRY_BYTES,
+    }
+}
+
+fn approx_sdk_bytes(event: &ResponseEvent) -> usize {
+    match event {
+        ResponseEvent::OutputTextDelta { delta, .. }
+        | ResponseEvent::ReasoningDelta { delta, .. }
+        | ResponseEvent::FunctionCallArgumentsDelta { delta, .. } => delta.len(),
+        ResponseEvent::FunctionCallArgumentsDone { arguments, .. } => arguments.len(),
+        ResponseEvent::OutputItemAdded { item, .. }
+        | ResponseEvent::OutputItemDone { item, .. } => item_bytes(item),
+        ResponseEvent::Created {
+            response_id, model, ..
+        } => response_id.as_ref().map_or(0, String::len) + model.as_ref().map_or(0, String::len),
+        ResponseEvent::Finished(snapshot) => {
+            std::mem::size_of_val(&**snapshot)
+                + snapshot.output.iter().map(item_bytes).sum::<usize>()
+        }
+        ResponseEvent::Error { code, message } => {
+            message.len() + code.as_ref().map_or(0, String::len)
+        }
+        ResponseEvent::Other { event_type, data } => event_type.len() + value_bytes(data),
+    }
+}
+
+fn approx_framework_bytes(event: &FrameworkEvent) -> usize {
+    ENTRY_BYTES
+        + match event {
+            FrameworkEvent::ItemAppended { item } => item_bytes(item),
+            FrameworkEvent::ToolCallCompleted {
+                name,
+                call_id,
+                output,
+                ..
+            } => name.len() + call_id.len() + output.len(),
+            FrameworkEvent::ToolCallStarted { name, call_id } => name.len() + call_id.len(),
+            FrameworkEvent::TurnStarted {
+                turn_id,
+                message_ids,
+            } => turn_id.len() + message_ids.iter().map(|id| id.len() + 24).sum::<usize>(),
+            FrameworkEvent::TurnCompleted { turn_id, .. } => turn_id.len(),
+            FrameworkEvent::TurnAborted {
+                turn_id, reason, ..
+            } => turn_id.len() + reason.len(),
+            FrameworkEvent::StepStarted { step_id, .. }
+            | FrameworkEvent::StepCompleted { step_id, .. } => step_id.len(),
+            FrameworkEvent::SteerApplied { message_ids, .. } => {
+                message_ids.iter().map(|id| id.len() + 24).sum()
+            }
+            FrameworkEvent::SteerDropped { message_id, .. } => message_id.len(),
+            FrameworkEvent::ModelCallFailed { error, .. } => error.len(),
+            _ => 0,
+        }
+}
+
+fn item_bytes(item: &Item) -> usize {
+    std::mem::size_of::<Item>()
+        + match item {
+            Item::Message(message) => {
+                message.id.as_ref().map_or(0, String::len)
+                    + message.content.iter().map(part_bytes).sum::<usize>()
+                    + map_bytes(&message.extra)
+            }
+            Item::FunctionCall(call) => {
+                call.id.as_ref().map_or(0, String::len)
+                    + call.call_id.len()
+                    + call.name.len()
+                    + call.arguments.len()
+                    + map_bytes(&call.extra)
+            }
+            Item::FunctionCallOutput(output) => {
+                output.id.as_ref().map_or(0, String::len)
+                    + output.call_id.len()
+                    + value_bytes(&output.output)
+                    + map_bytes(&output.extra)
+            }
+            Item::Reasoning(reasoning) => {
+                reasoning.id.as_ref().map_or(0, String::len)
+                    + reasoning.summary.iter().map(value_bytes).sum::<usize>()
+                    + reasoning
+                        .content
+                        .as_ref()
+                        .map_or(0, |parts| parts.iter().map(value_bytes).sum())
+                    + reasoning.encrypted_content.as_ref().map_or(0, String::len)
+                    + map_bytes(&reasoning.extra)
+            }
+            Item::Other(value) => value_bytes(value),
+        }
+}
+
+fn part_bytes(part: &ContentPart) -> usize {
+    std::mem::size_of::<ContentPart>()
+        + match part {
+            ContentPart::InputText { text } => text.len(),
+            ContentPart::OutputText { text, extra } => text.len() + map_bytes(extra),
+            ContentPart::InputImage(map) | ContentPart::InputFile(map) => map_bytes(map),
+            ContentPart::Refusal { refusal } => refusal.len(),
+            ContentPart::Other(value) => value_bytes(value),
+        }
+}
+
+/// A map's tree node (one for up to 11 entries) and its entries' heap data.
+fn map_bytes(map: &serde_json::Map<String, Value>) -> usize {
+    if map.is_empty() {
+        return 0;
+    }
+    MAP_NODE_BYTES * map.len().div_ceil(11)
+        + map
+            .iter()
+            .map(|(key, value)| key.len() + value_bytes(value) - std::mem::size_of::<Value>())
+            .sum::<usize>()
+}
+
+/// What one node of a JSON object's B-tree takes (11 keys and values and its header).
+const MAP_NODE_BYTES: usize =
+    11 * (std::mem::size_of::<String>() + std::mem::size_of::<Value>()) + 16;
+
+fn value_bytes(value: &Value) -> usize {
+    std::mem::size_of::<Value>()
+        + match value {
+            Value::String(text) => text.len(),
+            Value::Array(values) => values.iter().map(value_bytes).sum(),
+            Value::Object(map) => map_bytes(map),
+            _ => 0,
+        }
 }

@@ -22,9 +22,11 @@ mod steer;
 mod streams;
 
 pub use api::{AbortOptions, ExecuteOptions, HarnessResponse, Input, Scope, SessionStatus};
-pub use bus::DEFAULT_EVENT_CAPACITY;
+pub use bus::{
+    DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES, Replay, UNWATCHED_EVENT_BYTES,
+};
 pub use steer::{OnSteer, Steer, SteerDecision, SteerPoint, default_decision};
-pub use streams::ItemSnapshot;
+pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
 pub(crate) use runner::Sessions;
 pub(crate) use steer::{Applied, SteerInbox};

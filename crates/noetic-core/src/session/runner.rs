@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
-use super::bus::{DEFAULT_EVENT_CAPACITY, EventBus, Subscription};
+use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::steer::{Steer, SteerInbox};
 use crate::context::{Context, ContextOptions, Transcript};
 use crate::event::{FrameworkEvent, StreamEvent};
@@ -85,8 +85,10 @@ struct State {
     history: Vec<Item>,
     running: Option<Running>,
     runner_active: bool,
-    last: Option<std::result::Result<HarnessResponse, Arc<Error>>>,
+    last: Option<std::result::Result<LastTurn, Arc<Error>>>,
     spend: Spend,
+    /// Whether the history was seeded (`seed_session_history`).
+    seeded: bool,
 }
 
 struct Running {
@@ -101,7 +103,7 @@ impl Session {
     fn new(thread_id: String) -> Self {
         Session {
             thread_id,
-            bus: Arc::new(EventBus::new(DEFAULT_EVENT_CAPACITY)),
+            bus: Arc::new(EventBus::new(Limits::default())),
             state: Mutex::new(State::default()),
             changed: watch::Sender::new(0),
         }
@@ -117,8 +119,14 @@ impl Session {
         self.changed.send_modify(|version| *version += 1);
     }
 
-    pub(crate) fn subscribe(&self) -> Subscription {
-        self.bus.subscribe()
+    pub(crate) fn subscribe(&self, replay: Replay) -> Subscription {
+        self.bus.subscribe(replay)
+    }
+
+    /// Whether the thread ever had a message accepted or its history seeded.
+    pub(crate) fn is_known(&self) -> bool {
+        let state = self.state();
+        state.seeded || state.runner_active || state.running.is_some() || state.last.is_some()
     }
 
     /// Queues a message (or hands a steer to the running turn) and makes sure a runner is going.
@@ -154,7 +162,12 @@ impl Session {
     }
 
     pub(crate) fn seed_history(&self, items: Vec<Item>) {
-        self.state().history = items;
+        let mut state = self.state();
+        let previous = std::mem::replace(&mut state.history, items);
+        if let Some(Ok(last)) = &mut state.last {
+            last.detach(previous);
+        }
+        state.seeded = true;
     }
 
     pub(crate) fn history(&self) -> Vec<Item> {
@@ -162,8 +175,12 @@ impl Session {
     }
 
     pub(crate) fn status(&self) -> SessionStatus {
-        match &self.state().running {
-            None => SessionStatus::Idle,
+        let state = self.state();
+        match &state.running {
+            None if state.queue.is_empty() => SessionStatus::Idle,
+            None => SessionStatus::Queued {
+                queued: state.queue.len(),
+            },
             Some(running) if running.aborting => SessionStatus::Aborting {
                 turn_id: running.turn_id.clone(),
             },
@@ -220,7 +237,7 @@ impl Session {
                     && let Some(last) = &state.last
                 {
                     return match last {
-                        Ok(response) => Ok(response.clone()),
+                        Ok(last) => Ok(last.response(&state.history)),
                         Err(error) => Err(Error::TurnFailed {
                             source: error.clone(),
                         }),
@@ -231,6 +248,48 @@ impl Session {
                 return Err(Error::cancelled(Some("session closed".to_owned())));
             }
         }
+    }
+}
+
+/// The last successful turn's response as an idle session keeps it: without the copy of the history
+/// (`items`) while the history is still the turn's, and without the copy of the answer (`text`) when
+/// the output is that text.
+struct LastTurn {
+    response: HarnessResponse,
+    /// Whether `response.items` is the session's current history (not stored twice).
+    items_are_history: bool,
+}
+
+impl LastTurn {
+    /// Keeps `response` (built with empty `items`), dropping its text when the output carries it.
+    fn keep(mut response: HarnessResponse) -> Self {
+        if matches!(&response.output, Value::String(text) if *text == response.text) {
+            response.text = String::new();
+        }
+        LastTurn {
+            response,
+            items_are_history: true,
+        }
+    }
+
+    /// The history is about to be replaced: keep the turn's own items.
+    fn detach(&mut self, history: Vec<Item>) {
+        if self.items_are_history {
+            self.response.items = history;
+            self.items_are_history = false;
+        }
+    }
+
+    /// The response as `agent_response` returns it.
+    fn response(&self, history: &[Item]) -> HarnessResponse {
+        let mut response = self.response.clone();
+        if self.items_are_history {
+            response.items = history.to_vec();
+        }
+        if let Value::String(text) = &response.output {
+            response.text.clone_from(text);
+        }
+        response
     }
 }
 
@@ -295,12 +354,10 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
             turn_start,
         )
     };
-    session
-        .bus
-        .publish(StreamEvent::Framework(FrameworkEvent::TurnStarted {
-            turn_id: turn_id.clone(),
-            message_ids,
-        }));
+    session.bus.publish_turn_start(FrameworkEvent::TurnStarted {
+        turn_id: turn_id.clone(),
+        message_ids,
+    });
     for item in inputs.iter() {
         session
             .bus
@@ -362,8 +419,10 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
                 // calls were answered when they ended.
                 answer_unanswered_calls(&mut history, history_start, CANCELLED_CALL_OUTPUT);
                 let spend = ctx.spend();
+                // `items` and `text` are filled in when the response is read (`LastTurn`): an idle
+                // session keeps neither a second copy of its history nor of its answer.
                 let response = HarnessResponse {
-                    items: history.clone(),
+                    items: Vec::new(),
                     usage: spend.usage,
                     cost: spend.cost,
                     text: match &output {
@@ -378,7 +437,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
                         .unwrap_or_default(),
                 };
                 state.history = history;
-                state.last = Some(Ok(response));
+                state.last = Some(Ok(LastTurn::keep(response)));
                 FrameworkEvent::TurnCompleted {
                     turn_id,
                     duration_ms,
@@ -398,7 +457,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         };
         // Published before the lock is released, so whoever sees the turn gone (`abort`, `status`)
         // finds its end event already on the stream.
-        session.bus.publish(StreamEvent::Framework(event));
+        session.bus.publish_turn_end(event);
     }
     session.bump();
     true

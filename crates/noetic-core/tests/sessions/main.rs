@@ -7,6 +7,9 @@
 //!   spawned children.
 //! - `streams`: the full, text and reasoning streams across turns, and lag (`emit(false)` and the
 //!   item stream are scenarios 17, 22 and 23).
+//! - `derived`: the text, reasoning and item streams: turn boundaries, replay choice, lag markers.
+//! - `retention`: what a session keeps for replay (byte bound, compaction at turn end).
+//! - `responses`: `status` with queued work, empty input, `agent_response` for unknown threads.
 //! - `abort`: `abort` mid-stream and mid-tool.
 //! - `scenarios`: the original's P0 session scenarios (reference/runtime-behaviour.md §10, 1–24).
 //! - `no_lost_messages`: a property test over random interleavings.
@@ -17,7 +20,10 @@
 
 mod abort;
 mod delivery;
+mod derived;
 mod no_lost_messages;
+mod responses;
+mod retention;
 mod scenarios;
 mod steering;
 mod streams;

@@ -10,8 +10,8 @@ use futures_util::{FutureExt, StreamExt};
 use noetic_core::item::{ContentPart, Item};
 use noetic_core::{
     AbortOptions, AgentHarness, Context, DeliveryMode, Error, ExecuteOptions, FrameworkEvent,
-    ItemSnapshot, Role, Scope, SessionStatus, Spend, SteerPoint, StepKind, StreamEvent, TokenUsage,
-    call_model, run_code, sequence,
+    ItemSnapshot, Replay, Role, Scope, SessionChunk, SessionStatus, Spend, SteerPoint, StepKind,
+    StreamEvent, TokenUsage, call_model, run_code, sequence,
 };
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 use serde_json::{Map, json};
@@ -703,12 +703,17 @@ fn latest(snapshots: &[ItemSnapshot]) -> Vec<ItemSnapshot> {
         .collect()
 }
 
+/// The snapshots available right now (the stream's turn boundaries left out; a lag fails the test).
 fn drain_snapshots(
-    stream: &mut futures_util::stream::BoxStream<'static, ItemSnapshot>,
+    stream: &mut futures_util::stream::BoxStream<'static, SessionChunk<ItemSnapshot>>,
 ) -> Vec<ItemSnapshot> {
     let mut seen = Vec::new();
-    while let Some(Some(snapshot)) = stream.next().now_or_never() {
-        seen.push(snapshot);
+    while let Some(Some(chunk)) = stream.next().now_or_never() {
+        match chunk {
+            SessionChunk::Data(snapshot) => seen.push(snapshot),
+            SessionChunk::Lagged { skipped } => panic!("lagged by {skipped}"),
+            _ => {}
+        }
     }
     seen
 }
@@ -734,8 +739,7 @@ async fn scenario_22_the_item_stream_yields_the_user_input_and_the_tool_output_c
 }
 
 #[tokio::test]
-async fn scenario_23_item_snapshots_of_two_tool_rounds_do_not_collide_and_replay_to_late_subscribers()
- {
+async fn scenario_23_item_snapshots_of_two_tool_rounds_do_not_collide_and_replay_on_request() {
     let model = ScriptedModel::with_responses([
         ScriptedResponse::tool_call("c1", "note", json!({"n": 1})),
         ScriptedResponse::tool_call("c2", "note", json!({"n": 2})),
@@ -808,9 +812,25 @@ async fn scenario_23_item_snapshots_of_two_tool_rounds_do_not_collide_and_replay
     let final_items: Vec<Item> = finals.into_iter().map(|snapshot| snapshot.item).collect();
     assert_eq!(final_items, harness.session_history(Scope::default()));
 
-    // A late subscriber gets the same snapshots by replay.
+    // A late subscriber asking for replay gets the ended turn's items, complete (its provider events
+    // are not kept once it ended); one made without replay gets nothing of it.
+    let mut replayed = harness.item_stream_with(Scope::default(), Replay::Retained);
     let mut late = harness.item_stream(Scope::default());
-    assert_eq!(drain_snapshots(&mut late), snapshots);
+    let mut replay = Vec::new();
+    while let Some(Some(chunk)) = replayed.next().now_or_never() {
+        match chunk {
+            SessionChunk::Data(snapshot) => replay.push(snapshot),
+            SessionChunk::Lagged { skipped } => assert!(skipped > 0),
+            _ => {}
+        }
+    }
+    assert!(replay.iter().all(|snapshot| snapshot.is_complete));
+    let replayed_items: Vec<Item> = latest(&replay)
+        .into_iter()
+        .map(|snapshot| snapshot.item)
+        .collect();
+    assert_eq!(replayed_items, harness.session_history(Scope::default()));
+    assert!(drain_snapshots(&mut late).is_empty());
 }
 
 #[tokio::test]

@@ -3,16 +3,28 @@
 
 use std::sync::Arc;
 
+use futures_util::stream::BoxStream;
 use futures_util::{FutureExt, StreamExt};
 use noetic_core::model::ReasoningKind;
 use noetic_core::session::DEFAULT_EVENT_CAPACITY;
-use noetic_core::{ExecuteOptions, FrameworkEvent, ResponseEvent, Scope, StreamEvent};
+use noetic_core::{
+    ExecuteOptions, FrameworkEvent, ResponseEvent, Scope, SessionChunk, StreamEvent,
+};
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 
 use crate::support::{
     Events, guarded, is_turn_end, paced_harness, scripted_harness, sdk, text_events,
     turn_message_ids,
 };
+
+/// Every chunk available right now.
+fn drain(stream: &mut BoxStream<'static, SessionChunk<String>>) -> Vec<SessionChunk<String>> {
+    let mut seen = Vec::new();
+    while let Some(Some(chunk)) = stream.next().now_or_never() {
+        seen.push(chunk);
+    }
+    seen
+}
 
 /// A label per event: the framework event's type, or `sdk:<wire type>`.
 fn labels(events: &[Arc<StreamEvent>]) -> Vec<String> {
@@ -96,21 +108,23 @@ async fn the_text_stream_yields_exactly_the_deltas() {
             .unwrap();
         harness.agent_response(Scope::default()).await.unwrap();
     }
+    let data = |chunks: Vec<SessionChunk<String>>| -> Vec<String> {
+        chunks
+            .into_iter()
+            .filter_map(|chunk| match chunk {
+                SessionChunk::Data(delta) => Some(delta),
+                SessionChunk::Lagged { skipped } => panic!("lagged by {skipped}"),
+                _ => None,
+            })
+            .collect()
+    };
     let expected = ["hel", "lo ", "wor", "ld", "seco", "nd t", "urn"];
-    let deltas: Vec<String> = guarded(
-        "the text deltas",
-        text.by_ref().take(expected.len()).collect(),
-    )
-    .await;
-    assert_eq!(deltas, expected);
-    assert_eq!(text.next().now_or_never(), None, "no other text");
+    assert_eq!(data(drain(&mut text)), expected);
     assert_eq!(
-        guarded("the reasoning delta", reasoning.next())
-            .await
-            .unwrap(),
-        "thinking"
+        data(drain(&mut reasoning)),
+        ["thinking"],
+        "no other reasoning"
     );
-    assert_eq!(reasoning.next().now_or_never(), None, "no other reasoning");
 }
 
 #[tokio::test]
@@ -140,7 +154,7 @@ async fn a_slow_subscriber_gets_lagged_while_the_turn_finishes_unimpeded() {
         retained.push(event);
     }
     // Then it resumes at the oldest retained event, with no further gap, up to the turn's end.
-    assert_eq!(retained.len(), DEFAULT_EVENT_CAPACITY);
+    assert!(retained.len() <= DEFAULT_EVENT_CAPACITY);
     assert!(is_turn_end(retained.last().unwrap()));
     let deltas: String = sdk(&retained)
         .into_iter()

@@ -167,9 +167,12 @@ pub(crate) struct Events {
 impl Events {
     /// Subscribes to the thread's events.
     pub(crate) fn subscribe(harness: &AgentHarness, scope: Scope) -> Self {
-        Events {
-            stream: harness.events(scope),
-        }
+        Self::new(harness.events(scope))
+    }
+
+    /// Reads `stream` (e.g. from `events_with`).
+    pub(crate) fn new(stream: BoxStream<'static, Arc<StreamEvent>>) -> Self {
+        Events { stream }
     }
 
     /// The next event.

@@ -1,7 +1,9 @@
-//! The two clients of one react-2 turn: the framework (`AgentHarness` + `OpenResponses`, the quick
-//! start's shape) and the bare floor (plain `reqwest` + `SseDecoder` + `serde_json::Value`).
+//! The three clients of one react-2 turn: the framework through `run()` (`AgentHarness` +
+//! `OpenResponses`, the quick start's shape), the framework through sessions (the same harness with
+//! the agent as its graph: `execute` + `agent_response`, one new thread per turn) and the bare floor
+//! (plain `reqwest` + `SseDecoder` + `serde_json::Value`).
 //!
-//! Both count their HTTP requests and report to a [`Gauge`] when a turn's answer request starts and when
+//! All count their HTTP requests and report to a [`Gauge`] when a turn's answer request starts and when
 //! the turn ends, so the memory measurement can show how many turns were live at once.
 
 use std::sync::Arc;
@@ -12,8 +14,8 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use noetic_core::model::{ModelRequest, ModelStream};
 use noetic_core::{
-    AgentHarness, ContextOptions, ModelProvider, Step, Tool, ToolContext, ToolError, call_model,
-    loop_step, until,
+    AgentHarness, ContextOptions, ExecuteOptions, ModelProvider, Scope, Step, Tool, ToolContext,
+    ToolError, call_model, loop_step, until,
 };
 use noetic_providers::{OpenResponses, RetryConfig, SseDecoder};
 use serde::Serialize;
@@ -25,23 +27,24 @@ use crate::{HOLD_HEADER, INSTRUCTIONS, MODEL, QUESTION};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Framework,
+    Sessions,
     Bare,
 }
 
 impl Kind {
+    /// Every client, in the table's order.
+    pub(crate) const ALL: [Kind; 3] = [Kind::Framework, Kind::Sessions, Kind::Bare];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Framework => "framework",
+            Kind::Sessions => "sessions",
             Kind::Bare => "bare",
         }
     }
 
     pub(crate) fn parse(name: &str) -> Option<Kind> {
-        match name {
-            "framework" => Some(Kind::Framework),
-            "bare" => Some(Kind::Bare),
-            _ => None,
-        }
+        Kind::ALL.into_iter().find(|kind| kind.name() == name)
     }
 }
 
@@ -91,6 +94,10 @@ enum Inner {
         harness: AgentHarness,
         agent: Step<String, String>,
     },
+    Sessions {
+        harness: AgentHarness,
+        threads: AtomicUsize,
+    },
     Bare {
         http: reqwest::Client,
         url: String,
@@ -115,7 +122,7 @@ impl Client {
         let requests = Arc::new(AtomicUsize::new(0));
         let gauge = Arc::new(Gauge::default());
         let inner = match kind {
-            Kind::Framework => {
+            Kind::Framework | Kind::Sessions => {
                 let mut provider = OpenResponses::builder(base_url)
                     .name("bench")
                     .retry(RetryConfig::none());
@@ -146,11 +153,17 @@ impl Client {
                         until::max_steps(10),
                     ]))
                     .build();
-                let harness = AgentHarness::builder("react2")
-                    .provider("bench", provider)
-                    .build()
-                    .expect("harness");
-                Inner::Framework { harness, agent }
+                let builder = AgentHarness::builder("react2").provider("bench", provider);
+                if kind == Kind::Sessions {
+                    let harness = builder.agent_graph(agent).build().expect("harness");
+                    Inner::Sessions {
+                        harness,
+                        threads: AtomicUsize::new(0),
+                    }
+                } else {
+                    let harness = builder.build().expect("harness");
+                    Inner::Framework { harness, agent }
+                }
             }
             Kind::Bare => {
                 // The same client settings as the provider's.
@@ -200,6 +213,19 @@ impl Client {
         &self.gauge
     }
 
+    /// For the sessions client: how many sessions the harness holds, and the JSON size of the first
+    /// thread's history (what an idle session must keep in any case).
+    pub(crate) fn sessions(&self) -> Option<(usize, usize)> {
+        match &self.inner {
+            Inner::Sessions { harness, .. } => {
+                let history = harness.session_history(Scope::thread("thread-0"));
+                let bytes = serde_json::to_vec(&history).map_or(0, |json| json.len());
+                Some((harness.session_count(), bytes))
+            }
+            _ => None,
+        }
+    }
+
     /// Runs one turn on a fresh context; returns the answer's length.
     ///
     /// # Errors
@@ -213,6 +239,21 @@ impl Client {
                     .run(agent, QUESTION.to_owned(), &ctx)
                     .await
                     .map_err(|error| error.to_string())
+            }
+            Inner::Sessions { harness, threads } => {
+                let thread = format!("thread-{}", threads.fetch_add(1, Ordering::SeqCst));
+                let scope = Scope::thread(thread.clone());
+                match harness
+                    .execute(QUESTION, ExecuteOptions::default().thread_id(thread))
+                    .await
+                {
+                    Ok(()) => harness
+                        .agent_response(scope)
+                        .await
+                        .map(|response| response.text)
+                        .map_err(|error| error.to_string()),
+                    Err(error) => Err(error.to_string()),
+                }
             }
             Inner::Bare {
                 http,

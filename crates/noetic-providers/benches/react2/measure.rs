@@ -2,14 +2,16 @@
 //!
 //! Modes (`NOETIC_BENCH_MODE`):
 //! - `cpu` (default): `sequential`, then `concurrent`, for the clients in `NOETIC_BENCH_CLIENT`
-//!   (`framework`, `bare` or `both`, the default; runs interleave the clients so that a noisy machine
-//!   affects both alike);
+//!   (`framework`, `sessions`, `bare` or `all`, the default; runs interleave the clients so that a
+//!   noisy machine affects them alike);
 //! - `sequential`: turns one at a time in one spawned task, `NOETIC_BENCH_TURNS` per run (default:
 //!   calibrated to about 1.5 s of CPU), `NOETIC_BENCH_RUNS` runs (default 5);
 //! - `concurrent`: batches of 1,000 turns spawned at once, enough batches per run for about 1 s of CPU,
 //!   after two warm-up batches;
 //! - `memory` (one client): RSS before, and the peak while 1,000 turns are live at once, their answers
 //!   held open by the server. Run in a fresh process so that no earlier measurement has grown the heap.
+//! - `idle` (one client): RSS before and after [`IDLE_TURNS`] turns one after another; for the
+//!   sessions client (one new thread per turn) the growth per turn is the memory per idle session.
 //!
 //! CPU is the whole process's (utime + stime from `/proc/self/stat`, 10 ms granularity, hence runs of
 //! at least about 1 s of CPU); every run happens on a multi-thread runtime with 2 workers.
@@ -31,6 +33,10 @@ const CONCURRENT_CPU: Duration = Duration::from_millis(1200);
 const WARMUP_TURNS: usize = 200;
 /// Turns in the warm-up of the memory measurement (held open like the measured ones).
 const MEMORY_WARMUP_TURNS: usize = 10;
+/// Turns (for the sessions client: idle sessions left behind) in the idle measurement.
+const IDLE_TURNS: usize = 2000;
+/// Turns before the idle measurement's first reading.
+const IDLE_WARMUP_TURNS: usize = 50;
 
 /// One measured run.
 struct Sample {
@@ -54,13 +60,12 @@ impl Sample {
 pub(crate) fn client_role() {
     let url = std::env::var(URL_VAR).unwrap_or_else(|_| panic!("{URL_VAR} is not set"));
     let mode = std::env::var(MODE_VAR).unwrap_or_else(|_| "cpu".to_owned());
-    let kinds =
-        match std::env::var(CLIENT_VAR).ok().as_deref() {
-            None | Some("both") => vec![Kind::Framework, Kind::Bare],
-            Some(name) => vec![Kind::parse(name).unwrap_or_else(|| {
-                panic!("{CLIENT_VAR} must be framework, bare or both, not {name}")
-            })],
-        };
+    let kinds = match std::env::var(CLIENT_VAR).ok().as_deref() {
+        None | Some("all") => Kind::ALL.to_vec(),
+        Some(name) => vec![Kind::parse(name).unwrap_or_else(|| {
+            panic!("{CLIENT_VAR} must be framework, sessions, bare or all, not {name}")
+        })],
+    };
     let runs: usize = env_number(RUNS_VAR).unwrap_or(5).max(1);
     let turns = env_number(TURNS_VAR);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -84,7 +89,13 @@ pub(crate) fn client_role() {
             assert_eq!(clients.len(), 1, "memory mode measures one client");
             memory(&runtime, &clients[0]);
         }
-        other => panic!("{MODE_VAR} must be cpu, sequential, concurrent or memory, not {other}"),
+        "idle" => {
+            assert_eq!(clients.len(), 1, "idle mode measures one client");
+            idle(&runtime, &clients[0]);
+        }
+        other => {
+            panic!("{MODE_VAR} must be cpu, sequential, concurrent, memory or idle, not {other}")
+        }
     }
     for client in &clients {
         let (turns, requests) = (client.turns(), client.requests());
@@ -319,6 +330,26 @@ fn memory(runtime: &tokio::runtime::Runtime, client: &Arc<Client>) {
         sample.errors,
         sample.wall_us(),
         peak.saturating_sub(before) as f64 / CONCURRENT as f64,
+    );
+}
+
+/// RSS before and after [`IDLE_TURNS`] turns one after another: what each turn leaves behind (for the
+/// sessions client, an idle session with its history).
+fn idle(runtime: &tokio::runtime::Runtime, client: &Arc<Client>) {
+    sequential(runtime, client, IDLE_WARMUP_TURNS);
+    std::thread::sleep(Duration::from_millis(100));
+    let before = status_kib("VmRSS").expect("VmRSS in /proc/self/status");
+    let sample = sequential(runtime, client, IDLE_TURNS);
+    std::thread::sleep(Duration::from_millis(100));
+    let after = status_kib("VmRSS").expect("VmRSS in /proc/self/status");
+    let (sessions, history_bytes) = client.sessions().unwrap_or((0, 0));
+    println!(
+        "RESULT client={} case=idle turns={} before_kib={before} after_kib={after} sessions={sessions} \
+         history_bytes={history_bytes} wall_us={:.1} per_turn_kib={:.2}",
+        client.kind().name(),
+        sample.turns,
+        sample.wall_us(),
+        after.saturating_sub(before) as f64 / sample.turns as f64,
     );
 }
 
