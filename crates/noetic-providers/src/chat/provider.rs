@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use super::wire::{ChatBodyOptions, ChatDecoder, request_body};
 use crate::error::ProviderError;
-use crate::http::{Endpoint, HttpClient, RetryConfig};
+use crate::http::{CustomHeader, Endpoint, HttpClient, RetryConfig};
 use crate::responses::generation_id;
-use crate::secret::ApiKey;
+use crate::secret::{ApiKey, redact_url};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 use crate::stream::decode_events;
 
@@ -26,20 +26,19 @@ pub struct ChatCompletions {
 #[derive(Debug)]
 struct Inner {
     name: Arc<str>,
-    url: String,
     http: HttpClient,
     body: ChatBodyOptions,
     max_event_bytes: usize,
 }
 
 /// Builds a [`ChatCompletions`] provider.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "call .build() to get the provider"]
 pub struct ChatCompletionsBuilder {
     name: String,
     base_url: String,
     api_key: Option<ApiKey>,
-    headers: Vec<(&'static str, String)>,
+    headers: Vec<CustomHeader>,
     body: ChatBodyOptions,
     retry: RetryConfig,
     connect_timeout: Duration,
@@ -68,6 +67,22 @@ impl ChatCompletions {
     }
 }
 
+impl std::fmt::Debug for ChatCompletionsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No secret shows: the key is `ApiKey(***)`, header values are `***`, userinfo is `***@`.
+        f.debug_struct("ChatCompletionsBuilder")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api_key", &self.api_key)
+            .field("headers", &self.headers)
+            .field("body", &self.body)
+            .field("retry", &self.retry)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .finish()
+    }
+}
+
 impl ChatCompletionsBuilder {
     /// The provider's name in errors (default `chat`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -81,9 +96,27 @@ impl ChatCompletionsBuilder {
         self
     }
 
-    /// An extra header on every request; `name` must be lowercase.
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
+    /// An extra header on every request (e.g. OpenRouter's `HTTP-Referer` and `X-Title` attribution).
+    /// Names are case-insensitive and checked by [`build`](Self::build). A value never shows in `Debug`;
+    /// one whose name looks like a credential (`authorization`, `x-api-key`, `*-token`, cookies, …) is
+    /// also sent as sensitive and redacted from errors. A later header of the same name replaces it.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(CustomHeader {
+            name: name.into(),
+            value: value.into(),
+            sensitive: false,
+        });
+        self
+    }
+
+    /// Like [`header`](Self::header), for a credential whose name does not give it away: the value is
+    /// sent as sensitive and redacted from errors whatever the name.
+    pub fn sensitive_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(CustomHeader {
+            name: name.into(),
+            value: value.into(),
+            sensitive: true,
+        });
         self
     }
 
@@ -116,7 +149,7 @@ impl ChatCompletionsBuilder {
     /// # Errors
     /// [`ProviderError::InvalidConfig`] for an invalid header value or a base URL that is not HTTP(S).
     pub fn build(self) -> Result<ChatCompletions, ProviderError> {
-        let (url, http) = Endpoint {
+        let http = Endpoint {
             base_url: &self.base_url,
             path: "chat/completions",
             api_key: self.api_key.as_ref(),
@@ -128,7 +161,6 @@ impl ChatCompletionsBuilder {
         Ok(ChatCompletions {
             inner: Arc::new(Inner {
                 name: Arc::from(self.name.as_str()),
-                url,
                 http,
                 body: self.body,
                 max_event_bytes: self.max_event_bytes,
@@ -144,9 +176,13 @@ impl ModelProvider for ChatCompletions {
     ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
         Box::pin(async move {
             let inner = &*self.inner;
-            let fail = |error: ProviderError| error.into_core(&inner.name, Some(request.round));
+            let fail = |error: ProviderError| {
+                error
+                    .redact(inner.http.secrets())
+                    .into_core(&inner.name, Some(request.round))
+            };
             let body = request_body(request, &inner.body).map_err(fail)?;
-            let started = inner.http.post(&inner.url, body).await.map_err(fail)?;
+            let started = inner.http.post(body).await.map_err(fail)?;
             let generation_id = generation_id(&started.headers);
             let events = decode_events(
                 started.body,
@@ -154,6 +190,7 @@ impl ModelProvider for ChatCompletions {
                 inner.max_event_bytes,
                 inner.name.clone(),
                 request.round,
+                inner.http.secrets().clone(),
             );
             Ok(ModelStream {
                 generation_id,

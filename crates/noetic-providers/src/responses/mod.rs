@@ -15,10 +15,10 @@ use serde_json::Value;
 
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
-use crate::http::{Endpoint, HttpClient, RetryConfig};
-use crate::secret::ApiKey;
+use crate::http::{CustomHeader, Endpoint, HttpClient, RetryConfig};
+use crate::secret::{ApiKey, redact_url};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
-use crate::stream::decode_events;
+use crate::stream::{decode_events, redact_event};
 
 /// The OpenRouter API.
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
@@ -34,20 +34,19 @@ pub struct OpenResponses {
 #[derive(Debug)]
 struct Inner {
     name: Arc<str>,
-    url: String,
     http: HttpClient,
     body: wire::BodyOptions,
     max_event_bytes: usize,
 }
 
 /// Builds an [`OpenResponses`] provider.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "call .build() to get the provider"]
 pub struct OpenResponsesBuilder {
     name: String,
     base_url: String,
     api_key: Option<ApiKey>,
-    headers: Vec<(&'static str, String)>,
+    headers: Vec<CustomHeader>,
     body: wire::BodyOptions,
     retry: RetryConfig,
     connect_timeout: Duration,
@@ -75,6 +74,22 @@ impl OpenResponses {
     }
 }
 
+impl std::fmt::Debug for OpenResponsesBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No secret shows: the key is `ApiKey(***)`, header values are `***`, userinfo is `***@`.
+        f.debug_struct("OpenResponsesBuilder")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api_key", &self.api_key)
+            .field("headers", &self.headers)
+            .field("body", &self.body)
+            .field("retry", &self.retry)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .finish()
+    }
+}
+
 impl OpenResponsesBuilder {
     /// The provider's name in errors (default `openresponses`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -94,10 +109,27 @@ impl OpenResponsesBuilder {
         self
     }
 
-    /// An extra header on every request (e.g. OpenRouter's `http-referer` and `x-title` attribution).
-    /// `name` must be lowercase.
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
+    /// An extra header on every request (e.g. OpenRouter's `HTTP-Referer` and `X-Title` attribution).
+    /// Names are case-insensitive and checked by [`build`](Self::build). A value never shows in `Debug`;
+    /// one whose name looks like a credential (`authorization`, `x-api-key`, `*-token`, cookies, …) is
+    /// also sent as sensitive and redacted from errors. A later header of the same name replaces it.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(CustomHeader {
+            name: name.into(),
+            value: value.into(),
+            sensitive: false,
+        });
+        self
+    }
+
+    /// Like [`header`](Self::header), for a credential whose name does not give it away: the value is
+    /// sent as sensitive and redacted from errors whatever the name.
+    pub fn sensitive_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(CustomHeader {
+            name: name.into(),
+            value: value.into(),
+            sensitive: true,
+        });
         self
     }
 
@@ -151,7 +183,7 @@ impl OpenResponsesBuilder {
     /// [`ProviderError::InvalidConfig`] for a header value that is not valid, or a base URL that is not
     /// HTTP(S).
     pub fn build(self) -> Result<OpenResponses, ProviderError> {
-        let (url, http) = Endpoint {
+        let http = Endpoint {
             base_url: &self.base_url,
             path: "responses",
             api_key: self.api_key.as_ref(),
@@ -163,7 +195,6 @@ impl OpenResponsesBuilder {
         Ok(OpenResponses {
             inner: Arc::new(Inner {
                 name: Arc::from(self.name.as_str()),
-                url,
                 http,
                 body: self.body,
                 max_event_bytes: self.max_event_bytes,
@@ -179,9 +210,13 @@ impl ModelProvider for OpenResponses {
     ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
         Box::pin(async move {
             let inner = &*self.inner;
-            let fail = |error: ProviderError| error.into_core(&inner.name, Some(request.round));
+            let fail = |error: ProviderError| {
+                error
+                    .redact(inner.http.secrets())
+                    .into_core(&inner.name, Some(request.round))
+            };
             let body = wire::request_body(request, &inner.body).map_err(fail)?;
-            let started = inner.http.post(&inner.url, body).await.map_err(fail)?;
+            let started = inner.http.post(body).await.map_err(fail)?;
             let generation_id = generation_id(&started.headers);
             let events = if is_json(&started.headers) {
                 // A server that ignored `stream: true` and sent the whole response at once.
@@ -189,7 +224,13 @@ impl ModelProvider for OpenResponses {
                     .await
                     .map_err(fail)?;
                 let events = whole_response_events(&body).map_err(fail)?;
-                futures_util::stream::iter(events.into_iter().map(Ok)).boxed()
+                let secrets = inner.http.secrets().clone();
+                futures_util::stream::iter(
+                    events
+                        .into_iter()
+                        .map(move |event| Ok(redact_event(&secrets, event))),
+                )
+                .boxed()
             } else {
                 decode_events(
                     started.body,
@@ -197,6 +238,7 @@ impl ModelProvider for OpenResponses {
                     inner.max_event_bytes,
                     inner.name.clone(),
                     request.round,
+                    inner.http.secrets().clone(),
                 )
             };
             Ok(ModelStream {
@@ -293,7 +335,7 @@ impl OpenRouter {
     }
 
     /// A builder preset for OpenRouter with `api_key`; add attribution with
-    /// `.header("http-referer", …)` and `.header("x-title", …)`.
+    /// `.header("HTTP-Referer", …)` and `.header("X-Title", …)`.
     pub fn builder(api_key: impl Into<String>) -> OpenResponsesBuilder {
         OpenResponses::builder(OPENROUTER_BASE_URL)
             .name("openrouter")
