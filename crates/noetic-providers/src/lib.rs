@@ -22,6 +22,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod bad_bytes;
 mod chat;
 mod decode;
 mod demo;

@@ -178,10 +178,13 @@ pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderE
     };
     let kind = header.kind.as_ref();
     let need_index = || {
-        header
+        let index = header
             .output_index
-            .ok_or_else(|| ProviderError::event(kind, "missing `output_index`", data))
+            .ok_or_else(|| ProviderError::event(kind, "missing `output_index`", data))?;
+        bounded(kind, "output_index", index, data)
     };
+    let part_index =
+        |field: &'static str, index: Option<u32>| bounded(kind, field, index.unwrap_or(0), data);
     let need_delta = || {
         header
             .delta
@@ -219,21 +222,21 @@ pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderE
         },
         "response.output_text.delta" => ResponseEvent::OutputTextDelta {
             output_index: need_index()?,
-            content_index: header.content_index.unwrap_or(0),
+            content_index: part_index("content_index", header.content_index)?,
             delta: need_delta()?,
         },
         "response.reasoning_text.delta" | "response.reasoning.delta" => {
             ResponseEvent::ReasoningDelta {
                 kind: ReasoningKind::Text,
                 output_index: need_index()?,
-                part_index: header.content_index.unwrap_or(0),
+                part_index: part_index("content_index", header.content_index)?,
                 delta: need_delta()?,
             }
         }
         "response.reasoning_summary_text.delta" => ResponseEvent::ReasoningDelta {
             kind: ReasoningKind::Summary,
             output_index: need_index()?,
-            part_index: header.summary_index.unwrap_or(0),
+            part_index: part_index("summary_index", header.summary_index)?,
             delta: need_delta()?,
         },
         "response.function_call_arguments.delta" => ResponseEvent::FunctionCallArgumentsDelta {
@@ -284,6 +287,21 @@ pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderE
         },
     };
     Ok(Some(event))
+}
+
+/// The largest output, content or summary index accepted. Indexes address items and parts in order
+/// (consumers keep a slot per index), so a corrupt one in the billions must not become an allocation.
+pub(crate) const MAX_INDEX: u32 = 1 << 16;
+
+fn bounded(kind: &str, field: &str, index: u32, data: &str) -> Result<u32, ProviderError> {
+    if index > MAX_INDEX {
+        return Err(ProviderError::event(
+            kind,
+            format!("`{field}` {index} is past the {MAX_INDEX} limit"),
+            data,
+        ));
+    }
+    Ok(index)
 }
 
 /// An event whose fields did not fit the header: fine for a type we pass through, an error for one we
