@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
 
-use crate::chat::wire::ChatDecoder;
+use crate::chat::ChatDecoder;
 use crate::decode::WireDecoder;
 use crate::responses::wire::parse_event;
 use crate::sse::SseDecoder;
@@ -190,10 +190,10 @@ fn render(payload: &Payload, real: &[String]) -> String {
     }
 }
 
-/// The OpenResponses order rules the Chat translation promises even on bad data: `Created` first;
+/// The OpenResponses order rules the Chat translation promises, even on bad data: `Created` first;
 /// items open at output indexes 0, 1, 2, …; deltas only for open items; each item closes once, in
 /// output order; at most one terminal event, last, after every item closed.
-fn grammar_violation(events: &[ResponseEvent]) -> Option<String> {
+pub(crate) fn grammar_violation(events: &[ResponseEvent]) -> Option<String> {
     let mut open: Vec<bool> = Vec::new();
     let mut last_done: Option<u32> = None;
     let mut finished = false;

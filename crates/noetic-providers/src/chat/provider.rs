@@ -8,7 +8,7 @@ use noetic_core::ModelProvider;
 use noetic_core::model::{ModelRequest, ModelStream};
 use serde_json::Value;
 
-use super::wire::{ChatBodyOptions, ChatDecoder, request_body};
+use super::{ChatBodyOptions, ChatDecoder, request_body};
 use crate::error::ProviderError;
 use crate::http::{CustomHeader, Endpoint, HttpClient, RetryConfig};
 use crate::responses::generation_id;

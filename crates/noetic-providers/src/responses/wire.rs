@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::decode::code_text;
 use crate::error::ProviderError;
 
 /// Settings that shape the request body beyond the round's own request.
@@ -328,14 +329,6 @@ fn other_event(
 
 fn parse_value(kind: &str, data: &str) -> Result<Value, ProviderError> {
     serde_json::from_str(data).map_err(|error| ProviderError::event(kind, error, data))
-}
-
-fn code_text(code: Value) -> Option<String> {
-    match code {
-        Value::Null => None,
-        Value::String(text) => Some(text),
-        other => Some(other.to_string()),
-    }
 }
 
 #[derive(Deserialize)]
