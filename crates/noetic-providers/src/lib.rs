@@ -24,6 +24,7 @@
 
 #[cfg(test)]
 mod bad_bytes;
+mod body;
 mod chat;
 mod decode;
 mod demo;

@@ -7,13 +7,14 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::messages::{ChatMessage, messages};
+use crate::body::{put, put_extra};
 use crate::error::ProviderError;
 
 /// Settings that shape the request body beyond the round's own request.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChatBodyOptions {
     /// Extra top-level fields, merged last: a key given here replaces the body's own field of that
-    /// name (`provider`, `reasoning`, `max_completion_tokens`, …).
+    /// name (`provider`, `reasoning`, `max_completion_tokens`, …; see [`crate::body`]).
     pub(crate) extra: Map<String, Value>,
 }
 
@@ -101,24 +102,9 @@ impl Serialize for Body<'_> {
             };
             put(&mut map, extra, "response_format", &format)?;
         }
-        for (key, value) in extra {
-            map.serialize_entry(key, value)?;
-        }
+        put_extra(&mut map, extra)?;
         map.end()
     }
-}
-
-/// Writes one of the body's own fields, unless `extra` replaces it (no duplicate keys on the wire).
-fn put<M: SerializeMap, V: Serialize + ?Sized>(
-    map: &mut M,
-    extra: &Map<String, Value>,
-    key: &str,
-    value: &V,
-) -> Result<(), M::Error> {
-    if extra.contains_key(key) {
-        return Ok(());
-    }
-    map.serialize_entry(key, value)
 }
 
 #[derive(Serialize)]

@@ -5,10 +5,12 @@ use std::borrow::Cow;
 use noetic_core::item::Item;
 use noetic_core::model::{ModelRequest, ReasoningKind, ResponseSnapshot, ResponseStatus};
 use noetic_core::{ResponseEvent, TokenUsage};
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::body::{put, put_extra};
 use crate::decode::code_text;
 use crate::error::ProviderError;
 
@@ -19,35 +21,62 @@ pub(crate) struct BodyOptions {
     pub(crate) store: Option<bool>,
     /// `include` (e.g. `reasoning.encrypted_content`, needed to replay reasoning with `store: false`).
     pub(crate) include: Vec<String>,
-    /// Extra top-level fields, merged last (`reasoning`, `provider`, …).
+    /// Extra top-level fields, merged last: a key given here replaces the body's own field of that
+    /// name (`reasoning`, `provider`, …; see [`crate::body`]).
     pub(crate) extra: Map<String, Value>,
     /// Send tools with `strict: true` and strict-mode-safe schemas.
     pub(crate) strict_tools: bool,
 }
 
-#[derive(Serialize)]
+/// The body of `POST /responses`; `extra` fields replace ours of the same name (see [`crate::body`]).
 struct Body<'a> {
     model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<&'a str>,
     input: &'a [Item],
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<FunctionTool<'a>>,
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     max_output_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<TextOptions<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     store: Option<bool>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
     include: &'a [String],
-    #[serde(flatten)]
     extra: &'a Map<String, Value>,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let extra = self.extra;
+        let mut map = serializer.serialize_map(None)?;
+        put(&mut map, extra, "model", self.model)?;
+        if let Some(instructions) = self.instructions {
+            put(&mut map, extra, "instructions", instructions)?;
+        }
+        put(&mut map, extra, "input", self.input)?;
+        if !self.tools.is_empty() {
+            put(&mut map, extra, "tools", &self.tools)?;
+        }
+        put(&mut map, extra, "stream", &true)?;
+        if let Some(temperature) = self.temperature {
+            put(&mut map, extra, "temperature", &temperature)?;
+        }
+        if let Some(top_p) = self.top_p {
+            put(&mut map, extra, "top_p", &top_p)?;
+        }
+        if let Some(max_output_tokens) = self.max_output_tokens {
+            put(&mut map, extra, "max_output_tokens", &max_output_tokens)?;
+        }
+        if let Some(text) = &self.text {
+            put(&mut map, extra, "text", text)?;
+        }
+        if let Some(store) = self.store {
+            put(&mut map, extra, "store", &store)?;
+        }
+        if !self.include.is_empty() {
+            put(&mut map, extra, "include", self.include)?;
+        }
+        put_extra(&mut map, extra)?;
+        map.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -98,7 +127,6 @@ pub(crate) fn request_body(
                 strict: options.strict_tools,
             })
             .collect(),
-        stream: true,
         temperature: request.params.temperature,
         top_p: request.params.top_p,
         max_output_tokens: request.params.max_output_tokens,
