@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::chat::ChatDecoder;
 use crate::decode::WireDecoder;
-use crate::responses::wire::parse_event;
+use crate::responses::parse_event;
 use crate::sse::SseDecoder;
 
 /// The `data` payloads of the captures whose names satisfy `wanted` (`.sse` decoded, `.jsonl` by line).

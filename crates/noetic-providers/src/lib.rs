@@ -30,6 +30,7 @@ mod decode;
 mod demo;
 mod error;
 mod http;
+mod provider;
 mod responses;
 mod secret;
 mod sse;

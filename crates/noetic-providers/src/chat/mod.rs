@@ -20,6 +20,6 @@ mod request;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
 pub(crate) use decoder::ChatDecoder;
 pub use provider::{ChatCompletions, ChatCompletionsBuilder};
-pub(crate) use request::{ChatBodyOptions, request_body};

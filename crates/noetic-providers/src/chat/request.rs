@@ -10,22 +10,16 @@ use super::messages::{ChatMessage, messages};
 use crate::body::{put, put_extra};
 use crate::error::ProviderError;
 
-/// Settings that shape the request body beyond the round's own request.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ChatBodyOptions {
-    /// Extra top-level fields, merged last: a key given here replaces the body's own field of that
-    /// name (`provider`, `reasoning`, `max_completion_tokens`, …; see [`crate::body`]).
-    pub(crate) extra: Map<String, Value>,
-}
-
-/// Serializes a round's request as a streaming `POST /chat/completions` body.
+/// Serializes a round's request as a streaming `POST /chat/completions` body; `extra` fields replace
+/// the body's own of the same name (`provider`, `reasoning`, `max_completion_tokens`, …; see
+/// [`crate::body`]).
 ///
 /// # Errors
 /// [`ProviderError::InvalidConfig`] when an item cannot be expressed in Chat Completions (an image given
 /// only by `file_id`, a file part with no data) or the body does not serialize.
 pub(crate) fn request_body(
     request: &ModelRequest<'_>,
-    options: &ChatBodyOptions,
+    extra: &Map<String, Value>,
 ) -> Result<Vec<u8>, ProviderError> {
     let body = Body {
         model: request.model,
@@ -44,7 +38,7 @@ pub(crate) fn request_body(
             .collect(),
         params: request.params,
         output: request.output,
-        extra: &options.extra,
+        extra,
     };
     serde_json::to_vec(&body).map_err(|error| ProviderError::InvalidConfig {
         field: "request",

@@ -12,7 +12,8 @@ use noetic_core::model::{
 use noetic_core::{ResponseEvent, TokenUsage};
 use serde_json::{Map, Value, json};
 
-use super::{ChatBodyOptions, ChatDecoder, request_body};
+use super::decoder::ChatDecoder;
+use super::request::request_body;
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
 use crate::sse::SseDecoder;

@@ -3,7 +3,7 @@
 use super::*;
 
 fn body(request: &ModelRequest<'_>, extra: Map<String, Value>) -> Value {
-    let bytes = request_body(request, &ChatBodyOptions { extra }).unwrap();
+    let bytes = request_body(request, &extra).unwrap();
     serde_json::from_slice(&bytes).unwrap()
 }
 
@@ -163,7 +163,7 @@ fn extra_fields_replace_ours_without_duplicate_keys() {
     let request = ModelRequest::new("m", &[], &params);
     let mut extra = Map::new();
     extra.insert("stream_options".to_owned(), json!({"include_usage": false}));
-    let bytes = request_body(&request, &ChatBodyOptions { extra }).unwrap();
+    let bytes = request_body(&request, &extra).unwrap();
     let text = String::from_utf8(bytes).unwrap();
     assert_eq!(text.matches("stream_options").count(), 1);
     assert!(text.contains("\"stream_options\":{\"include_usage\":false}"));
@@ -179,7 +179,7 @@ fn an_image_by_file_id_has_no_chat_form() {
     )];
     let params = ModelParams::default();
     let request = ModelRequest::new("m", &input, &params);
-    let error = request_body(&request, &ChatBodyOptions::default()).unwrap_err();
+    let error = request_body(&request, &Map::new()).unwrap_err();
     assert_eq!(error.code(), "PROVIDER_CONFIG_INVALID");
 }
 

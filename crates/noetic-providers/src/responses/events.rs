@@ -1,151 +1,30 @@
-//! The OpenResponses wire format: request bodies out, stream events in.
+//! The response side of OpenResponses: stream events in (one JSON event per SSE event), and whole JSON
+//! responses from servers that ignore `stream: true`.
 
 use std::borrow::Cow;
 
 use noetic_core::item::Item;
-use noetic_core::model::{ModelRequest, ReasoningKind, ResponseSnapshot, ResponseStatus};
+use noetic_core::model::{ReasoningKind, ResponseSnapshot, ResponseStatus};
 use noetic_core::{ResponseEvent, TokenUsage};
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
-use crate::body::{put, put_extra};
-use crate::decode::code_text;
+use crate::decode::{WireDecoder, code_text};
 use crate::error::ProviderError;
 
-/// Settings that shape the request body beyond the round's own request.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct BodyOptions {
-    /// `store` (OpenAI keeps responses server-side unless told not to).
-    pub(crate) store: Option<bool>,
-    /// `include` (e.g. `reasoning.encrypted_content`, needed to replay reasoning with `store: false`).
-    pub(crate) include: Vec<String>,
-    /// Extra top-level fields, merged last: a key given here replaces the body's own field of that
-    /// name (`reasoning`, `provider`, …; see [`crate::body`]).
-    pub(crate) extra: Map<String, Value>,
-    /// Send tools with `strict: true` and strict-mode-safe schemas.
-    pub(crate) strict_tools: bool,
-}
+/// Decodes OpenResponses events: one JSON event per SSE event.
+pub(crate) struct ResponsesDecoder;
 
-/// The body of `POST /responses`; `extra` fields replace ours of the same name (see [`crate::body`]).
-struct Body<'a> {
-    model: &'a str,
-    instructions: Option<&'a str>,
-    input: &'a [Item],
-    tools: Vec<FunctionTool<'a>>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    max_output_tokens: Option<u64>,
-    text: Option<TextOptions<'a>>,
-    store: Option<bool>,
-    include: &'a [String],
-    extra: &'a Map<String, Value>,
-}
-
-impl Serialize for Body<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let extra = self.extra;
-        let mut map = serializer.serialize_map(None)?;
-        put(&mut map, extra, "model", self.model)?;
-        if let Some(instructions) = self.instructions {
-            put(&mut map, extra, "instructions", instructions)?;
-        }
-        put(&mut map, extra, "input", self.input)?;
-        if !self.tools.is_empty() {
-            put(&mut map, extra, "tools", &self.tools)?;
-        }
-        put(&mut map, extra, "stream", &true)?;
-        if let Some(temperature) = self.temperature {
-            put(&mut map, extra, "temperature", &temperature)?;
-        }
-        if let Some(top_p) = self.top_p {
-            put(&mut map, extra, "top_p", &top_p)?;
-        }
-        if let Some(max_output_tokens) = self.max_output_tokens {
-            put(&mut map, extra, "max_output_tokens", &max_output_tokens)?;
-        }
-        if let Some(text) = &self.text {
-            put(&mut map, extra, "text", text)?;
-        }
-        if let Some(store) = self.store {
-            put(&mut map, extra, "store", &store)?;
-        }
-        if !self.include.is_empty() {
-            put(&mut map, extra, "include", self.include)?;
-        }
-        put_extra(&mut map, extra)?;
-        map.end()
+impl WireDecoder for ResponsesDecoder {
+    fn decode(&mut self, data: &str, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
+        out.extend(parse_event(data)?);
+        Ok(())
     }
-}
 
-#[derive(Serialize)]
-struct FunctionTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'a str,
-    description: &'a str,
-    parameters: std::borrow::Cow<'a, Value>,
-    strict: bool,
-}
-
-#[derive(Serialize)]
-struct TextOptions<'a> {
-    format: JsonSchemaFormat<'a>,
-}
-
-#[derive(Serialize)]
-struct JsonSchemaFormat<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'a str,
-    schema: &'a Value,
-    strict: bool,
-}
-
-/// Serializes a round's request as a streaming `POST /responses` body.
-pub(crate) fn request_body(
-    request: &ModelRequest<'_>,
-    options: &BodyOptions,
-) -> Result<Vec<u8>, ProviderError> {
-    let body = Body {
-        model: request.model,
-        instructions: request.instructions,
-        input: request.input,
-        tools: request
-            .tools
-            .iter()
-            .map(|tool| FunctionTool {
-                kind: "function",
-                name: &tool.name,
-                description: &tool.description,
-                parameters: if options.strict_tools {
-                    std::borrow::Cow::Owned(crate::strict::strict_schema(&tool.parameters))
-                } else {
-                    std::borrow::Cow::Borrowed(&tool.parameters)
-                },
-                strict: options.strict_tools,
-            })
-            .collect(),
-        temperature: request.params.temperature,
-        top_p: request.params.top_p,
-        max_output_tokens: request.params.max_output_tokens,
-        text: request.output.map(|output| TextOptions {
-            format: JsonSchemaFormat {
-                kind: "json_schema",
-                name: &output.name,
-                schema: &output.schema,
-                strict: false,
-            },
-        }),
-        store: options.store,
-        include: &options.include,
-        extra: &options.extra,
-    };
-    serde_json::to_vec(&body).map_err(|error| ProviderError::InvalidConfig {
-        field: "request",
-        message: error.to_string(),
-    })
+    fn finish(&mut self, _out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
+        Ok(())
+    }
 }
 
 /// The fields of a stream event that the framework reads, borrowed from the event's JSON.
@@ -369,7 +248,7 @@ struct ResponseHead {
 
 /// A response object (the terminal event's snapshot, or a non-streaming body).
 #[derive(Deserialize)]
-pub(crate) struct WireResponse {
+struct WireResponse {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
@@ -388,7 +267,7 @@ pub(crate) struct WireResponse {
 
 impl WireResponse {
     /// The snapshot, with `status` from the event type when given (else from the body).
-    pub(crate) fn into_snapshot(self, status: Option<ResponseStatus>) -> ResponseSnapshot {
+    fn into_snapshot(self, status: Option<ResponseStatus>) -> ResponseSnapshot {
         let status = status.or(match self.status.as_deref() {
             Some("completed") => Some(ResponseStatus::Completed),
             Some("incomplete") => Some(ResponseStatus::Incomplete),
@@ -469,4 +348,28 @@ impl WireUsage {
                 .and_then(|details| details.reasoning_tokens),
         }
     }
+}
+
+/// The events a streamed response would have carried, from a whole (non-streaming) response body.
+///
+/// # Errors
+/// [`ProviderError::Event`] when the body is not a response object.
+pub(crate) fn whole_response_events(body: &[u8]) -> Result<Vec<ResponseEvent>, ProviderError> {
+    let text = String::from_utf8_lossy(body);
+    let wire: WireResponse = serde_json::from_slice(body)
+        .map_err(|error| ProviderError::event("response", error, &text))?;
+    let snapshot = wire.into_snapshot(None);
+    let mut events = vec![ResponseEvent::Created {
+        response_id: snapshot.id.clone(),
+        model: snapshot.model.clone(),
+    }];
+    for (index, item) in snapshot.output.iter().enumerate() {
+        let output_index = u32::try_from(index).unwrap_or(u32::MAX);
+        events.push(ResponseEvent::OutputItemDone {
+            output_index,
+            item: item.clone(),
+        });
+    }
+    events.push(ResponseEvent::Finished(Box::new(snapshot)));
+    Ok(events)
 }
