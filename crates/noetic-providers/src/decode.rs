@@ -2,6 +2,7 @@
 //! inside each event is decoded by a wire-specific [`WireDecoder`].
 
 use noetic_core::ResponseEvent;
+use serde_json::Value;
 
 use crate::error::ProviderError;
 
@@ -22,4 +23,14 @@ pub(crate) trait WireDecoder: Send + 'static {
     /// # Errors
     /// As for [`WireDecoder::decode`].
     fn finish(&mut self, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError>;
+}
+
+/// An error `code` as text: both wires send strings (`"rate_limit_exceeded"`) or numbers (`429`);
+/// `null` is none.
+pub(crate) fn code_text(code: Value) -> Option<String> {
+    match code {
+        Value::Null => None,
+        Value::String(text) => Some(text),
+        other => Some(other.to_string()),
+    }
 }

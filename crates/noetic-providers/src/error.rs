@@ -4,6 +4,8 @@
 //! the status and the provider's message); decoding and configuration failures keep their own codes
 //! through `noetic_core::Error::Adapter`.
 
+use crate::secret::Secrets;
+
 /// Every stable error code of this crate with a one-line meaning (rendered into `docs/errors.md`).
 pub const CODES: &[(&str, &str)] = &[
     (
@@ -50,9 +52,16 @@ pub enum ProviderError {
         /// The provider's message (from its JSON error body when it sent one).
         message: String,
     },
-    /// The connection failed or broke.
+    /// The connection failed before a response started.
     #[error("{message}")]
     Transport {
+        /// What happened.
+        message: String,
+    },
+    /// The connection broke after the response started (a stream is never re-sent: it was billed).
+    /// As a core error its message names the round.
+    #[error("the stream broke mid-response: {message}")]
+    StreamBroken {
         /// What happened.
         message: String,
     },
@@ -88,13 +97,15 @@ impl ProviderError {
             ProviderError::InvalidConfig { .. } => "PROVIDER_CONFIG_INVALID",
             ProviderError::Http { .. }
             | ProviderError::Transport { .. }
+            | ProviderError::StreamBroken { .. }
             | ProviderError::Stream { .. } => "PROVIDER_ERROR",
             ProviderError::Sse { .. } => "SSE_MALFORMED",
             ProviderError::Event { .. } => "EVENT_MALFORMED",
         }
     }
 
-    /// Converts into the core error, naming the provider and (when known) the round.
+    /// Converts into the core error, naming the provider and (when known) the round; a stream that
+    /// broke mid-response names the round in its message too.
     pub fn into_core(self, provider: &str, round: Option<u32>) -> noetic_core::Error {
         match self {
             ProviderError::Http { status, message } => noetic_core::Error::Provider {
@@ -111,11 +122,45 @@ impl ProviderError {
                     round,
                 }
             }
+            ProviderError::StreamBroken { message } => noetic_core::Error::Provider {
+                provider: provider.to_owned(),
+                status: None,
+                message: match round {
+                    Some(round) => {
+                        format!("the stream broke mid-response in round {round}: {message}")
+                    }
+                    None => format!("the stream broke mid-response: {message}"),
+                },
+                round,
+            },
             other => noetic_core::Error::Adapter {
                 code: other.code(),
                 source: Box::new(other),
             },
         }
+    }
+
+    /// This error with every secret in its texts replaced by `***` (servers echo keys back).
+    pub(crate) fn redact(mut self, secrets: &Secrets) -> Self {
+        match &mut self {
+            ProviderError::MissingApiKey { .. } => {}
+            ProviderError::InvalidConfig { message, .. }
+            | ProviderError::Http { message, .. }
+            | ProviderError::Transport { message }
+            | ProviderError::StreamBroken { message }
+            | ProviderError::Stream { message }
+            | ProviderError::Sse { message } => secrets.redact_string(message),
+            ProviderError::Event {
+                event_type,
+                message,
+                snippet,
+            } => {
+                secrets.redact_string(event_type);
+                secrets.redact_string(message);
+                secrets.redact_cut(snippet);
+            }
+        }
+        self
     }
 
     pub(crate) fn event(event_type: &str, message: impl std::fmt::Display, data: &str) -> Self {

@@ -16,6 +16,7 @@ use tower::ServiceExt;
 use tower::retry::{Policy, Retry};
 
 use crate::error::ProviderError;
+use crate::secret::{ApiKey, REDACTED, Secrets, is_sensitive_header, redact_url};
 
 /// How a provider retries requests that failed before their response started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,57 +119,40 @@ pub(crate) struct Started {
     pub(crate) body: BoxStream<'static, Result<Bytes, ProviderError>>,
 }
 
-/// A POST-and-stream client shared by a provider's rounds. Cheap to clone.
+/// A POST-and-stream client for one endpoint, shared by a provider's rounds. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct HttpClient {
     service: Retry<RetryPolicy, reqwest::Client>,
+    /// The endpoint, without userinfo (that became an `Authorization` header).
+    url: reqwest::Url,
     headers: HeaderMap,
+    secrets: Secrets,
 }
 
 impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Header values may hold credentials: list the names only.
         f.debug_struct("HttpClient")
+            .field("url", &self.url.as_str())
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl HttpClient {
-    /// A client sending `headers` with every request. Sensitive values must already be marked as such.
-    pub(crate) fn new(
-        headers: HeaderMap,
-        retry: RetryConfig,
-        connect_timeout: Duration,
-    ) -> Result<Self, ProviderError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .build()
-            .map_err(|error| ProviderError::InvalidConfig {
-                field: "http client",
-                message: error.to_string(),
-            })?;
-        let policy = RetryPolicy {
-            config: retry,
-            attempt: 0,
-        };
-        Ok(HttpClient {
-            service: Retry::new(policy, client),
-            headers,
-        })
+    /// The secrets to redact from whatever the server sends back into an error.
+    pub(crate) fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
-    /// POSTs a JSON body and returns once the response has started.
+    /// POSTs a JSON body to the endpoint and returns once the response has started.
     ///
     /// # Errors
     /// [`ProviderError::Http`] for an error status (after the retries), with the provider's message
-    /// read from its JSON error body; [`ProviderError::Transport`] when no response came.
-    pub(crate) async fn post(&self, url: &str, body: Vec<u8>) -> Result<Started, ProviderError> {
-        let url = reqwest::Url::parse(url).map_err(|error| ProviderError::InvalidConfig {
-            field: "base_url",
-            message: format!("{url}: {error}"),
-        })?;
-        let mut request = reqwest::Request::new(reqwest::Method::POST, url);
+    /// read from its JSON error body; [`ProviderError::Transport`] when no response came. Secrets are
+    /// redacted from both.
+    pub(crate) async fn post(&self, body: Vec<u8>) -> Result<Started, ProviderError> {
+        let mut request = reqwest::Request::new(reqwest::Method::POST, self.url.clone());
         *request.headers_mut() = self.headers.clone();
         request.headers_mut().insert(
             reqwest::header::CONTENT_TYPE,
@@ -184,8 +168,11 @@ impl HttpClient {
             .clone()
             .oneshot(request)
             .await
-            .map_err(|error| ProviderError::Transport {
-                message: transport_message(error),
+            .map_err(|error| {
+                ProviderError::Transport {
+                    message: transport_message(error),
+                }
+                .redact(&self.secrets)
             })?;
         let status = response.status();
         if !status.is_success() {
@@ -193,14 +180,16 @@ impl HttpClient {
             return Err(ProviderError::Http {
                 status: status.as_u16(),
                 message: error_message(&text, status),
-            });
+            }
+            .redact(&self.secrets));
         }
         let headers = response.headers().clone();
+        // Redacted where the stream is decoded, which holds the secrets anyway.
         let body = response
             .bytes_stream()
             .map(|chunk| {
-                chunk.map_err(|error| ProviderError::Transport {
-                    message: format!("stream broke mid-response: {}", transport_message(error)),
+                chunk.map_err(|error| ProviderError::StreamBroken {
+                    message: transport_message(error),
                 })
             })
             .boxed();
@@ -240,56 +229,189 @@ fn error_message(body: &str, status: reqwest::StatusCode) -> String {
     }
 }
 
-/// Builds a header map, marking the named values as sensitive (kept out of `Debug` and logs by hyper).
-pub(crate) fn header(
-    name: &'static str,
-    value: &str,
-    sensitive: bool,
-) -> Result<(HeaderName, HeaderValue), ProviderError> {
-    let mut value = HeaderValue::from_str(value).map_err(|_| ProviderError::InvalidConfig {
-        field: name,
-        message: "not a valid header value".to_owned(),
-    })?;
-    value.set_sensitive(sensitive);
-    Ok((HeaderName::from_static(name), value))
+/// One custom header as configured; checked at `build()`. Its value never shows in `Debug`.
+#[derive(Clone)]
+pub(crate) struct CustomHeader {
+    pub(crate) name: String,
+    pub(crate) value: String,
+    /// The caller said the value is a credential (names like `x-api-key` are treated so anyway).
+    pub(crate) sensitive: bool,
 }
 
-/// The settings every HTTP provider shares, checked and turned into an endpoint URL and a client.
+impl std::fmt::Debug for CustomHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {REDACTED}", self.name)
+    }
+}
+
+impl CustomHeader {
+    /// The header as sent. A name is valid in any case (header names are case-insensitive).
+    ///
+    /// # Errors
+    /// [`ProviderError::InvalidConfig`] naming the header (never showing its value) for an invalid
+    /// name or value.
+    fn to_header(&self) -> Result<(HeaderName, HeaderValue, bool), ProviderError> {
+        let invalid = |message: String| ProviderError::InvalidConfig {
+            field: "header",
+            message,
+        };
+        if self.name.is_empty() {
+            return Err(invalid("a header name is empty".to_owned()));
+        }
+        let shown = self.name.escape_debug();
+        let name = HeaderName::from_bytes(self.name.as_bytes())
+            .map_err(|_| invalid(format!("`{shown}` is not a valid header name")))?;
+        let mut value = HeaderValue::from_str(&self.value).map_err(|_| {
+            invalid(format!(
+                "the value of `{shown}` is not a valid header value (visible ASCII only)"
+            ))
+        })?;
+        let sensitive = self.sensitive || is_sensitive_header(name.as_str());
+        value.set_sensitive(sensitive);
+        Ok((name, value, sensitive))
+    }
+}
+
+/// The settings every HTTP provider shares, checked and turned into a client for one endpoint.
 pub(crate) struct Endpoint<'a> {
     pub(crate) base_url: &'a str,
     pub(crate) path: &'static str,
-    pub(crate) api_key: Option<&'a crate::secret::ApiKey>,
-    pub(crate) headers: &'a [(&'static str, String)],
+    pub(crate) api_key: Option<&'a ApiKey>,
+    pub(crate) headers: &'a [CustomHeader],
     pub(crate) retry: RetryConfig,
     pub(crate) connect_timeout: Duration,
 }
 
 impl Endpoint<'_> {
-    /// The full URL of the endpoint and a client sending the headers (the key as a sensitive
-    /// `Authorization: Bearer` header).
+    /// A client for `{base_url}/{path}` sending the headers: userinfo in the base URL as a
+    /// `Basic` `Authorization` header, the key as `Authorization: Bearer` (which wins), then the
+    /// custom headers (a custom `authorization` wins over both). Every credential is marked sensitive
+    /// and collected for redaction.
     ///
     /// # Errors
-    /// [`ProviderError::InvalidConfig`] for a base URL that is not HTTP(S) or an invalid header value.
-    pub(crate) fn build(&self) -> Result<(String, HttpClient), ProviderError> {
+    /// [`ProviderError::InvalidConfig`] for a base URL that is not HTTP(S), or an invalid header name
+    /// or value.
+    pub(crate) fn build(&self) -> Result<HttpClient, ProviderError> {
         let base = self.base_url.trim_end_matches('/');
+        let invalid_url = |problem: String| ProviderError::InvalidConfig {
+            field: "base_url",
+            message: format!("`{}` {problem}", redact_url(base)),
+        };
         if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ProviderError::InvalidConfig {
-                field: "base_url",
-                message: format!("`{base}` is not an http(s) URL"),
-            });
+            return Err(invalid_url("is not an http(s) URL".to_owned()));
         }
+        let mut url = reqwest::Url::parse(&format!("{base}/{}", self.path))
+            .map_err(|error| invalid_url(format!("is not a valid URL: {error}")))?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(|error| ProviderError::InvalidConfig {
+                field: "http client",
+                message: error.to_string(),
+            })?;
         let mut headers = HeaderMap::new();
+        let mut secrets = Vec::new();
+        if let Some(basic) = take_userinfo(&client, &mut url, &mut secrets)
+            .ok_or_else(|| invalid_url("has userinfo that cannot be removed".to_owned()))?
+        {
+            headers.insert(reqwest::header::AUTHORIZATION, basic);
+        }
         if let Some(key) = self.api_key {
-            let (name, value) = header("authorization", &format!("Bearer {}", key.expose()), true)?;
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
+                    ProviderError::InvalidConfig {
+                        field: "api_key",
+                        message: "not a valid header value (visible ASCII only)".to_owned(),
+                    }
+                })?;
+            value.set_sensitive(true);
+            secrets.push(key.expose().to_owned());
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        for header in self.headers {
+            let (name, value, sensitive) = header.to_header()?;
+            if sensitive {
+                secrets.push(header.value.clone());
+                // `Bearer <token>`: the token alone may come back too.
+                if let Some((_, credential)) = header.value.split_once(' ') {
+                    secrets.push(credential.trim().to_owned());
+                }
+            }
             headers.insert(name, value);
         }
-        for (name, value) in self.headers {
-            let (name, value) = header(name, value, false)?;
-            headers.insert(name, value);
-        }
-        Ok((
-            format!("{base}/{}", self.path),
-            HttpClient::new(headers, self.retry, self.connect_timeout)?,
-        ))
+        let policy = RetryPolicy {
+            config: self.retry,
+            attempt: 0,
+        };
+        Ok(HttpClient {
+            service: Retry::new(policy, client),
+            url,
+            headers,
+            secrets: Secrets::new(secrets),
+        })
     }
+}
+
+/// Moves the userinfo of `url` (`user:key@host`) into a sensitive `Basic` header value, collecting
+/// its secrets: the password, or the user name when there is no password (a token given as the user).
+/// `Some(None)` when there is none; `None` when it could not be removed.
+fn take_userinfo(
+    client: &reqwest::Client,
+    url: &mut reqwest::Url,
+    secrets: &mut Vec<String>,
+) -> Option<Option<HeaderValue>> {
+    let user = percent_decode(url.username());
+    let password = url.password().map(percent_decode);
+    if user.is_empty() && password.is_none() {
+        return Some(None);
+    }
+    match (&password, url.password()) {
+        (Some(password), Some(raw)) => secrets.extend([password.clone(), raw.to_owned()]),
+        _ => secrets.extend([user.clone(), url.username().to_owned()]),
+    }
+    url.set_username("").ok()?;
+    url.set_password(None).ok()?;
+    // reqwest encodes the credentials (and marks the value sensitive).
+    let request = client
+        .post(url.clone())
+        .basic_auth(user, password)
+        .build()
+        .ok()?;
+    let value = request
+        .headers()
+        .get(reqwest::header::AUTHORIZATION)?
+        .clone();
+    if let Some(encoded) = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.strip_prefix("Basic "))
+    {
+        secrets.push(encoded.to_owned());
+    }
+    Some(Some(value))
+}
+
+/// `%XX` escapes decoded (lossily), as a URL's userinfo is sent.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while let Some(&byte) = bytes.get(index) {
+        let hex = bytes
+            .get(index + 1..index + 3)
+            .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (byte, hex) {
+            (b'%', Some(decoded)) => {
+                out.push(decoded);
+                index += 3;
+            }
+            _ => {
+                out.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -22,11 +22,15 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod bad_bytes;
+mod body;
 mod chat;
 mod decode;
 mod demo;
 mod error;
 mod http;
+mod provider;
 mod responses;
 mod secret;
 mod sse;

@@ -68,7 +68,8 @@ impl SseDecoder {
         on_event: &mut impl FnMut(SseEvent),
     ) -> Result<(), ProviderError> {
         let mut rest = chunk;
-        if self.after_cr {
+        // An empty chunk (a body stream may yield one) keeps a pending CR pending.
+        if self.after_cr && !rest.is_empty() {
             self.after_cr = false;
             if let [b'\n', tail @ ..] = rest {
                 rest = tail;

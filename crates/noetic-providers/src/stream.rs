@@ -12,6 +12,7 @@ use noetic_core::ResponseEvent;
 
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
+use crate::secret::Secrets;
 use crate::sse::SseDecoder;
 
 struct State<D> {
@@ -25,13 +26,17 @@ struct State<D> {
     finished: bool,
     provider: Arc<str>,
     round: u32,
+    /// Redacted from errors and error events (servers echo keys back).
+    secrets: Secrets,
 }
 
 impl<D: WireDecoder> State<D> {
     fn fail(&mut self, error: ProviderError) -> noetic_core::Error {
         self.finished = true;
         self.ready.clear();
-        error.into_core(&self.provider, Some(self.round))
+        error
+            .redact(&self.secrets)
+            .into_core(&self.provider, Some(self.round))
     }
 
     fn take_chunk(&mut self, chunk: &[u8]) -> Result<(), ProviderError> {
@@ -40,6 +45,7 @@ impl<D: WireDecoder> State<D> {
             wire,
             ready,
             decoded,
+            secrets,
             ..
         } = self;
         let mut failure = None;
@@ -48,7 +54,7 @@ impl<D: WireDecoder> State<D> {
                 return;
             }
             match wire.decode(&event.data, decoded) {
-                Ok(()) => ready.extend(decoded.drain(..)),
+                Ok(()) => ready.extend(decoded.drain(..).map(|event| redact_event(secrets, event))),
                 Err(error) => failure = Some(error),
             }
         })?;
@@ -56,7 +62,22 @@ impl<D: WireDecoder> State<D> {
     }
 }
 
-/// Decodes `body` into events with `wire`; errors name the provider and the round.
+/// `event` with secrets redacted from the provider's error texts (only error events carry any).
+pub(crate) fn redact_event(secrets: &Secrets, mut event: ResponseEvent) -> ResponseEvent {
+    match &mut event {
+        ResponseEvent::Error { message, .. } => secrets.redact_string(message),
+        ResponseEvent::Finished(snapshot) => {
+            if let Some(error) = &mut snapshot.error {
+                secrets.redact_string(error);
+            }
+        }
+        _ => {}
+    }
+    event
+}
+
+/// Decodes `body` into events with `wire`; errors name the provider and the round, and neither errors
+/// nor error events carry `secrets`.
 ///
 /// A hand-written stream rather than `stream::unfold`: `unfold` moves its whole state into a new
 /// future for every item, which showed up in profiles as per-event copying.
@@ -66,6 +87,7 @@ pub(crate) fn decode_events<D: WireDecoder + Unpin>(
     max_event_bytes: usize,
     provider: Arc<str>,
     round: u32,
+    secrets: Secrets,
 ) -> BoxStream<'static, noetic_core::Result<ResponseEvent>> {
     State {
         body,
@@ -76,6 +98,7 @@ pub(crate) fn decode_events<D: WireDecoder + Unpin>(
         finished: false,
         provider,
         round,
+        secrets,
     }
     .boxed()
 }
@@ -105,7 +128,12 @@ impl<D: WireDecoder + Unpin> Stream for State<D> {
                     if let Err(error) = this.wire.finish(&mut this.decoded) {
                         return Poll::Ready(Some(Err(this.fail(error))));
                     }
-                    this.ready.extend(this.decoded.drain(..));
+                    let secrets = &this.secrets;
+                    this.ready.extend(
+                        this.decoded
+                            .drain(..)
+                            .map(|event| redact_event(secrets, event)),
+                    );
                 }
             }
         }

@@ -81,6 +81,9 @@ pub struct RecordedHttpRequest {
     /// The body parsed as JSON; a `Value::String` of the raw text (lossy UTF-8) if it is not JSON;
     /// `Value::Null` if it is empty or was too large to read.
     pub body: Value,
+    /// The body's bytes as sent (empty if it was too large to read), for what parsing hides, such as
+    /// a key that appears twice in a JSON object.
+    pub raw_body: Bytes,
 }
 
 /// One canned HTTP response: status, headers, body, pacing and faults. Build it with a constructor
@@ -668,6 +671,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             })
             .collect(),
         body: body.as_ref().map_or(Value::Null, |body| parse_body(body)),
+        raw_body: body.as_ref().map_or_else(|_| Bytes::new(), Bytes::clone),
     };
     shared.record(recorded.clone());
     if body.is_err() {

@@ -1,49 +1,27 @@
 //! The Chat Completions provider: `POST {base}/chat/completions` with `stream: true`.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use futures_util::future::BoxFuture;
 use noetic_core::ModelProvider;
 use noetic_core::model::{ModelRequest, ModelStream};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::wire::{ChatBodyOptions, ChatDecoder, request_body};
+use super::decoder::ChatDecoder;
+use super::request::request_body;
 use crate::error::ProviderError;
-use crate::http::{Endpoint, HttpClient, RetryConfig};
-use crate::responses::generation_id;
-use crate::secret::ApiKey;
-use crate::sse::DEFAULT_MAX_EVENT_BYTES;
-use crate::stream::decode_events;
+use crate::provider::{HttpProvider, Settings, Wire, shared_setters};
 
 /// A provider speaking Chat Completions (vLLM, llama.cpp, Ollama, OpenRouter's chat endpoint…),
 /// translated into OpenResponses events and items.
 #[derive(Clone, Debug)]
 pub struct ChatCompletions {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    name: Arc<str>,
-    url: String,
-    http: HttpClient,
-    body: ChatBodyOptions,
-    max_event_bytes: usize,
+    provider: HttpProvider<ChatWire>,
 }
 
 /// Builds a [`ChatCompletions`] provider.
-#[derive(Debug, Clone)]
+#[derive(Clone, Debug)]
 #[must_use = "call .build() to get the provider"]
 pub struct ChatCompletionsBuilder {
-    name: String,
-    base_url: String,
-    api_key: Option<ApiKey>,
-    headers: Vec<(&'static str, String)>,
-    body: ChatBodyOptions,
-    retry: RetryConfig,
-    connect_timeout: Duration,
-    max_event_bytes: usize,
+    settings: Settings<()>,
 }
 
 impl ChatCompletions {
@@ -51,88 +29,27 @@ impl ChatCompletions {
     /// `http://localhost:11434/v1` for Ollama).
     pub fn builder(base_url: impl Into<String>) -> ChatCompletionsBuilder {
         ChatCompletionsBuilder {
-            name: "chat".to_owned(),
-            base_url: base_url.into(),
-            api_key: None,
-            headers: Vec::new(),
-            body: ChatBodyOptions::default(),
-            retry: RetryConfig::default(),
-            connect_timeout: Duration::from_secs(10),
-            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            settings: Settings::new("chat", base_url.into()),
         }
     }
 
     /// The provider's name (used in errors).
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.provider.name()
     }
 }
 
 impl ChatCompletionsBuilder {
-    /// The provider's name in errors (default `chat`).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// The API key, sent as `Authorization: Bearer …` (never logged, never in `Debug`).
-    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(api_key.into()));
-        self
-    }
-
-    /// An extra header on every request; `name` must be lowercase.
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
-        self
-    }
-
-    /// An extra top-level body field, merged last.
-    pub fn body_field(mut self, name: impl Into<String>, value: Value) -> Self {
-        self.body.extra.insert(name.into(), value);
-        self
-    }
-
-    /// How requests that fail before their response starts are retried.
-    pub fn retry(mut self, retry: RetryConfig) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// The TCP connect timeout (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The cap on one stream event's size (default 16 MiB).
-    pub fn max_event_bytes(mut self, bytes: usize) -> Self {
-        self.max_event_bytes = bytes;
-        self
-    }
+    shared_setters!("chat");
 
     /// Builds the provider.
     ///
     /// # Errors
-    /// [`ProviderError::InvalidConfig`] for an invalid header value or a base URL that is not HTTP(S).
+    /// [`ProviderError::InvalidConfig`] for an invalid header name or value (naming the header), or a
+    /// base URL that is not HTTP(S).
     pub fn build(self) -> Result<ChatCompletions, ProviderError> {
-        let (url, http) = Endpoint {
-            base_url: &self.base_url,
-            path: "chat/completions",
-            api_key: self.api_key.as_ref(),
-            headers: &self.headers,
-            retry: self.retry,
-            connect_timeout: self.connect_timeout,
-        }
-        .build()?;
         Ok(ChatCompletions {
-            inner: Arc::new(Inner {
-                name: Arc::from(self.name.as_str()),
-                url,
-                http,
-                body: self.body,
-                max_event_bytes: self.max_event_bytes,
-            }),
+            provider: self.settings.build()?,
         })
     }
 }
@@ -142,23 +59,27 @@ impl ModelProvider for ChatCompletions {
         &'a self,
         request: &'a ModelRequest<'a>,
     ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
-        Box::pin(async move {
-            let inner = &*self.inner;
-            let fail = |error: ProviderError| error.into_core(&inner.name, Some(request.round));
-            let body = request_body(request, &inner.body).map_err(fail)?;
-            let started = inner.http.post(&inner.url, body).await.map_err(fail)?;
-            let generation_id = generation_id(&started.headers);
-            let events = decode_events(
-                started.body,
-                ChatDecoder::new(),
-                inner.max_event_bytes,
-                inner.name.clone(),
-                request.round,
-            );
-            Ok(ModelStream {
-                generation_id,
-                events,
-            })
-        })
+        self.provider.stream(request)
+    }
+}
+
+/// The Chat Completions wire: chunks translated into OpenResponses events by [`ChatDecoder`].
+pub(crate) struct ChatWire;
+
+impl Wire for ChatWire {
+    type Options = ();
+    type Decoder = ChatDecoder;
+    const PATH: &'static str = "chat/completions";
+
+    fn request_body(
+        request: &ModelRequest<'_>,
+        _options: &(),
+        extra: &Map<String, Value>,
+    ) -> Result<Vec<u8>, ProviderError> {
+        request_body(request, extra)
+    }
+
+    fn decoder() -> ChatDecoder {
+        ChatDecoder::new()
     }
 }

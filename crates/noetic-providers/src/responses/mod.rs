@@ -1,24 +1,20 @@
 //! The OpenResponses provider: `POST {base}/responses` with `stream: true`, for OpenRouter, OpenAI and
-//! any compatible server.
+//! any compatible server. The wire itself is in `request.rs` (the body) and `events.rs` (the events).
 
-pub(crate) mod wire;
+mod events;
+mod request;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
+use noetic_core::ModelProvider;
 use noetic_core::model::{ModelRequest, ModelStream};
-use noetic_core::{ModelProvider, ResponseEvent};
-use reqwest::header::HeaderMap;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::decode::WireDecoder;
 use crate::error::ProviderError;
-use crate::http::{Endpoint, HttpClient, RetryConfig};
-use crate::secret::ApiKey;
-use crate::sse::DEFAULT_MAX_EVENT_BYTES;
-use crate::stream::decode_events;
+use crate::provider::{HttpProvider, Settings, WholeResponse, Wire, shared_setters};
+#[cfg(test)]
+pub(crate) use events::parse_event;
+use events::{ResponsesDecoder, whole_response_events};
+use request::{BodyOptions, request_body};
 
 /// The OpenRouter API.
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
@@ -28,88 +24,42 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// A provider speaking OpenResponses over streaming HTTP.
 #[derive(Clone, Debug)]
 pub struct OpenResponses {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    name: Arc<str>,
-    url: String,
-    http: HttpClient,
-    body: wire::BodyOptions,
-    max_event_bytes: usize,
+    provider: HttpProvider<ResponsesWire>,
 }
 
 /// Builds an [`OpenResponses`] provider.
-#[derive(Debug, Clone)]
+#[derive(Clone, Debug)]
 #[must_use = "call .build() to get the provider"]
 pub struct OpenResponsesBuilder {
-    name: String,
-    base_url: String,
-    api_key: Option<ApiKey>,
-    headers: Vec<(&'static str, String)>,
-    body: wire::BodyOptions,
-    retry: RetryConfig,
-    connect_timeout: Duration,
-    max_event_bytes: usize,
+    settings: Settings<BodyOptions>,
 }
 
 impl OpenResponses {
     /// A builder for a server at `base_url` (the part before `/responses`, e.g. `http://localhost:8000/v1`).
     pub fn builder(base_url: impl Into<String>) -> OpenResponsesBuilder {
         OpenResponsesBuilder {
-            name: "openresponses".to_owned(),
-            base_url: base_url.into(),
-            api_key: None,
-            headers: Vec::new(),
-            body: wire::BodyOptions::default(),
-            retry: RetryConfig::default(),
-            connect_timeout: Duration::from_secs(10),
-            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            settings: Settings::new("openresponses", base_url.into()),
         }
     }
 
     /// The provider's name (used in errors).
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.provider.name()
     }
 }
 
 impl OpenResponsesBuilder {
-    /// The provider's name in errors (default `openresponses`).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// The base URL.
-    pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into();
-        self
-    }
-
-    /// The API key, sent as `Authorization: Bearer …` (never logged, never in `Debug`).
-    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(api_key.into()));
-        self
-    }
-
-    /// An extra header on every request (e.g. OpenRouter's `http-referer` and `x-title` attribution).
-    /// `name` must be lowercase.
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
-        self
-    }
+    shared_setters!("openresponses");
 
     /// `store` in the body (OpenAI keeps responses unless `false`).
     pub fn store(mut self, store: bool) -> Self {
-        self.body.store = Some(store);
+        self.settings.options.store = Some(store);
         self
     }
 
     /// Adds an `include` entry (e.g. `reasoning.encrypted_content`).
     pub fn include(mut self, include: impl Into<String>) -> Self {
-        self.body.include.push(include.into());
+        self.settings.options.include.push(include.into());
         self
     }
 
@@ -117,57 +67,18 @@ impl OpenResponsesBuilder {
     /// arguments are guaranteed to match (OpenAI's strict function calling). Off by default: not every
     /// compatible server accepts it.
     pub fn strict_tools(mut self, strict: bool) -> Self {
-        self.body.strict_tools = strict;
-        self
-    }
-
-    /// An extra top-level body field (`reasoning`, `provider`, …), merged last.
-    pub fn body_field(mut self, name: impl Into<String>, value: Value) -> Self {
-        self.body.extra.insert(name.into(), value);
-        self
-    }
-
-    /// How requests that fail before their response starts are retried.
-    pub fn retry(mut self, retry: RetryConfig) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// The TCP connect timeout (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The cap on one stream event's size (default 16 MiB).
-    pub fn max_event_bytes(mut self, bytes: usize) -> Self {
-        self.max_event_bytes = bytes;
+        self.settings.options.strict_tools = strict;
         self
     }
 
     /// Builds the provider.
     ///
     /// # Errors
-    /// [`ProviderError::InvalidConfig`] for a header value that is not valid, or a base URL that is not
-    /// HTTP(S).
+    /// [`ProviderError::InvalidConfig`] for an invalid header name or value (naming the header), or a
+    /// base URL that is not HTTP(S).
     pub fn build(self) -> Result<OpenResponses, ProviderError> {
-        let (url, http) = Endpoint {
-            base_url: &self.base_url,
-            path: "responses",
-            api_key: self.api_key.as_ref(),
-            headers: &self.headers,
-            retry: self.retry,
-            connect_timeout: self.connect_timeout,
-        }
-        .build()?;
         Ok(OpenResponses {
-            inner: Arc::new(Inner {
-                name: Arc::from(self.name.as_str()),
-                url,
-                http,
-                body: self.body,
-                max_event_bytes: self.max_event_bytes,
-            }),
+            provider: self.settings.build()?,
         })
     }
 }
@@ -177,102 +88,32 @@ impl ModelProvider for OpenResponses {
         &'a self,
         request: &'a ModelRequest<'a>,
     ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
-        Box::pin(async move {
-            let inner = &*self.inner;
-            let fail = |error: ProviderError| error.into_core(&inner.name, Some(request.round));
-            let body = wire::request_body(request, &inner.body).map_err(fail)?;
-            let started = inner.http.post(&inner.url, body).await.map_err(fail)?;
-            let generation_id = generation_id(&started.headers);
-            let events = if is_json(&started.headers) {
-                // A server that ignored `stream: true` and sent the whole response at once.
-                let body = collect(started.body, inner.max_event_bytes)
-                    .await
-                    .map_err(fail)?;
-                let events = whole_response_events(&body).map_err(fail)?;
-                futures_util::stream::iter(events.into_iter().map(Ok)).boxed()
-            } else {
-                decode_events(
-                    started.body,
-                    ResponsesDecoder,
-                    inner.max_event_bytes,
-                    inner.name.clone(),
-                    request.round,
-                )
-            };
-            Ok(ModelStream {
-                generation_id,
-                events,
-            })
-        })
+        self.provider.stream(request)
     }
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.trim_start().starts_with("application/json"))
-}
+/// The OpenResponses wire: events one to one, whole JSON responses accepted.
+pub(crate) struct ResponsesWire;
 
-/// Reads a whole body, up to `limit` bytes.
-async fn collect(
-    mut body: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, ProviderError>>,
-    limit: usize,
-) -> Result<Vec<u8>, ProviderError> {
-    let mut out = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk?;
-        if out.len() + chunk.len() > limit {
-            return Err(ProviderError::Sse {
-                message: format!("response body larger than the {limit}-byte limit"),
-            });
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
-}
+impl Wire for ResponsesWire {
+    type Options = BodyOptions;
+    type Decoder = ResponsesDecoder;
+    const PATH: &'static str = "responses";
 
-/// The events a streamed response would have carried, from a whole (non-streaming) response body.
-fn whole_response_events(body: &[u8]) -> Result<Vec<ResponseEvent>, ProviderError> {
-    let text = String::from_utf8_lossy(body);
-    let wire: wire::WireResponse = serde_json::from_slice(body)
-        .map_err(|error| ProviderError::event("response", error, &text))?;
-    let snapshot = wire.into_snapshot(None);
-    let mut events = vec![ResponseEvent::Created {
-        response_id: snapshot.id.clone(),
-        model: snapshot.model.clone(),
-    }];
-    for (index, item) in snapshot.output.iter().enumerate() {
-        let output_index = u32::try_from(index).unwrap_or(u32::MAX);
-        events.push(ResponseEvent::OutputItemDone {
-            output_index,
-            item: item.clone(),
-        });
-    }
-    events.push(ResponseEvent::Finished(Box::new(snapshot)));
-    Ok(events)
-}
-
-/// OpenRouter's `x-generation-id`, or a `x-request-id`, when the server sent one.
-pub(crate) fn generation_id(headers: &HeaderMap) -> Option<String> {
-    ["x-generation-id", "x-request-id"]
-        .iter()
-        .find_map(|name| headers.get(*name))
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
-}
-
-/// Decodes OpenResponses events: one JSON event per SSE event.
-struct ResponsesDecoder;
-
-impl WireDecoder for ResponsesDecoder {
-    fn decode(&mut self, data: &str, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
-        out.extend(wire::parse_event(data)?);
-        Ok(())
+    fn request_body(
+        request: &ModelRequest<'_>,
+        options: &BodyOptions,
+        extra: &Map<String, Value>,
+    ) -> Result<Vec<u8>, ProviderError> {
+        request_body(request, options, extra)
     }
 
-    fn finish(&mut self, _out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
-        Ok(())
+    fn decoder() -> ResponsesDecoder {
+        ResponsesDecoder
+    }
+
+    fn whole_response() -> Option<WholeResponse> {
+        Some(whole_response_events)
     }
 }
 
@@ -293,7 +134,7 @@ impl OpenRouter {
     }
 
     /// A builder preset for OpenRouter with `api_key`; add attribution with
-    /// `.header("http-referer", …)` and `.header("x-title", …)`.
+    /// `.header("HTTP-Referer", …)` and `.header("X-Title", …)`.
     pub fn builder(api_key: impl Into<String>) -> OpenResponsesBuilder {
         OpenResponses::builder(OPENROUTER_BASE_URL)
             .name("openrouter")
@@ -328,7 +169,7 @@ impl OpenAI {
     }
 }
 
-pub(crate) fn read_key(var: &'static str) -> Result<String, ProviderError> {
+fn read_key(var: &'static str) -> Result<String, ProviderError> {
     match std::env::var(var) {
         Ok(key) if !key.trim().is_empty() => Ok(key),
         _ => Err(ProviderError::MissingApiKey { env_var: var }),

@@ -267,3 +267,41 @@ async fn a_chat_tool_loop_sends_calls_and_outputs_back_as_chat_messages() {
     assert_eq!(messages[2]["content"], "Sunny in Berlin");
     assert_eq!(second["tools"][0]["function"]["name"], "reasoning_weather");
 }
+
+#[tokio::test]
+async fn a_chat_stream_that_breaks_mid_response_names_the_round_in_its_message() {
+    let server = MockServer::start().await;
+    server.push(
+        MockReply::fixture("openrouter-chat.text-usage-cost.claude-haiku-4.5.sse")
+            .drop_after_events(2),
+    );
+    let params = ModelParams::default();
+    let input = [Item::user_text("hello")];
+    let mut request = ModelRequest::new("m", &input, &params);
+    request.round = 3;
+    let stream = provider(&server).stream(&request).await.unwrap();
+    let mut events = stream.events;
+    let mut error = None;
+    while let Some(event) = events.next().await {
+        if let Err(failure) = event {
+            error = Some(failure);
+            break;
+        }
+    }
+    let error = error.expect("the broken stream is an error, not a quiet end");
+    assert_eq!(error.code(), "PROVIDER_ERROR");
+    assert!(
+        matches!(
+            &error,
+            noetic_core::Error::Provider {
+                round: Some(3),
+                status: None,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let display = error.to_string();
+    assert!(display.contains("round 3"), "{display}");
+    assert!(display.contains("mid-response"), "{display}");
+}

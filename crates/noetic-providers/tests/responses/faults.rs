@@ -261,3 +261,31 @@ async fn aborting_the_context_drops_the_request_at_once() {
         .unwrap();
     assert_eq!(result.unwrap_err().to_string(), "cancelled: user stop");
 }
+
+#[tokio::test]
+async fn a_stream_that_breaks_mid_response_names_the_round_in_its_message() {
+    let server = MockServer::start().await;
+    server.push(MockReply::fixture(TEXT).drop_after_events(4));
+    let params = noetic_core::model::ModelParams::default();
+    let input = [noetic_core::item::Item::user_text("hello")];
+    let mut request = noetic_core::model::ModelRequest::new("m", &input, &params);
+    request.round = 2;
+    let error = super::collect(&provider(&server), &request)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "PROVIDER_ERROR");
+    assert!(
+        matches!(
+            &error,
+            Error::Provider {
+                round: Some(2),
+                status: None,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let display = error.to_string();
+    assert!(display.contains("round 2"), "{display}");
+    assert!(display.contains("mid-response"), "{display}");
+}

@@ -27,8 +27,15 @@ fn provider(server: &MockServer) -> OpenResponses {
 async fn events(provider: &impl ModelProvider) -> Result<Vec<ResponseEvent>, noetic_core::Error> {
     let params = ModelParams::default();
     let input = [Item::user_text("hello")];
-    let request = ModelRequest::new("test-model", &input, &params);
-    let stream = provider.stream(&request).await?;
+    collect(provider, &ModelRequest::new("test-model", &input, &params)).await
+}
+
+/// Sends `request` and collects the raw events (or the first error).
+async fn collect(
+    provider: &impl ModelProvider,
+    request: &ModelRequest<'_>,
+) -> Result<Vec<ResponseEvent>, noetic_core::Error> {
+    let stream = provider.stream(request).await?;
     let mut events = Vec::new();
     let mut stream = stream.events;
     while let Some(event) = stream.next().await {

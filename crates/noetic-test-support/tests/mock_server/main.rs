@@ -323,8 +323,13 @@ async fn requests_records_method_path_headers_and_body() {
         path,
         headers,
         body,
+        raw_body,
     } = &requests[0];
     assert_eq!((method.as_str(), path.as_str()), ("POST", "/v1/responses"));
+    assert_eq!(
+        raw_body.as_ref(),
+        br#"{"model":"gpt-4o-mini","stream":true}"#
+    );
     assert_eq!(*body, json!({"model": "gpt-4o-mini", "stream": true}));
     assert!(headers.contains(&("authorization".to_owned(), "Bearer test-key".to_owned())));
     assert_eq!(requests[0].header("x-title"), Some("noetic"));

@@ -1,122 +1,30 @@
-//! The OpenResponses wire format: request bodies out, stream events in.
+//! The response side of OpenResponses: stream events in (one JSON event per SSE event), and whole JSON
+//! responses from servers that ignore `stream: true`.
 
 use std::borrow::Cow;
 
 use noetic_core::item::Item;
-use noetic_core::model::{ModelRequest, ReasoningKind, ResponseSnapshot, ResponseStatus};
+use noetic_core::model::{ReasoningKind, ResponseSnapshot, ResponseStatus};
 use noetic_core::{ResponseEvent, TokenUsage};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
+use crate::decode::{WireDecoder, code_text};
 use crate::error::ProviderError;
 
-/// Settings that shape the request body beyond the round's own request.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct BodyOptions {
-    /// `store` (OpenAI keeps responses server-side unless told not to).
-    pub(crate) store: Option<bool>,
-    /// `include` (e.g. `reasoning.encrypted_content`, needed to replay reasoning with `store: false`).
-    pub(crate) include: Vec<String>,
-    /// Extra top-level fields, merged last (`reasoning`, `provider`, …).
-    pub(crate) extra: Map<String, Value>,
-    /// Send tools with `strict: true` and strict-mode-safe schemas.
-    pub(crate) strict_tools: bool,
-}
+/// Decodes OpenResponses events: one JSON event per SSE event.
+pub(crate) struct ResponsesDecoder;
 
-#[derive(Serialize)]
-struct Body<'a> {
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instructions: Option<&'a str>,
-    input: &'a [Item],
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<FunctionTool<'a>>,
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_output_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<TextOptions<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    store: Option<bool>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    include: &'a [String],
-    #[serde(flatten)]
-    extra: &'a Map<String, Value>,
-}
+impl WireDecoder for ResponsesDecoder {
+    fn decode(&mut self, data: &str, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
+        out.extend(parse_event(data)?);
+        Ok(())
+    }
 
-#[derive(Serialize)]
-struct FunctionTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'a str,
-    description: &'a str,
-    parameters: std::borrow::Cow<'a, Value>,
-    strict: bool,
-}
-
-#[derive(Serialize)]
-struct TextOptions<'a> {
-    format: JsonSchemaFormat<'a>,
-}
-
-#[derive(Serialize)]
-struct JsonSchemaFormat<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'a str,
-    schema: &'a Value,
-    strict: bool,
-}
-
-/// Serializes a round's request as a streaming `POST /responses` body.
-pub(crate) fn request_body(
-    request: &ModelRequest<'_>,
-    options: &BodyOptions,
-) -> Result<Vec<u8>, ProviderError> {
-    let body = Body {
-        model: request.model,
-        instructions: request.instructions,
-        input: request.input,
-        tools: request
-            .tools
-            .iter()
-            .map(|tool| FunctionTool {
-                kind: "function",
-                name: &tool.name,
-                description: &tool.description,
-                parameters: if options.strict_tools {
-                    std::borrow::Cow::Owned(crate::strict::strict_schema(&tool.parameters))
-                } else {
-                    std::borrow::Cow::Borrowed(&tool.parameters)
-                },
-                strict: options.strict_tools,
-            })
-            .collect(),
-        stream: true,
-        temperature: request.params.temperature,
-        top_p: request.params.top_p,
-        max_output_tokens: request.params.max_output_tokens,
-        text: request.output.map(|output| TextOptions {
-            format: JsonSchemaFormat {
-                kind: "json_schema",
-                name: &output.name,
-                schema: &output.schema,
-                strict: false,
-            },
-        }),
-        store: options.store,
-        include: &options.include,
-        extra: &options.extra,
-    };
-    serde_json::to_vec(&body).map_err(|error| ProviderError::InvalidConfig {
-        field: "request",
-        message: error.to_string(),
-    })
+    fn finish(&mut self, _out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
+        Ok(())
+    }
 }
 
 /// The fields of a stream event that the framework reads, borrowed from the event's JSON.
@@ -178,10 +86,13 @@ pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderE
     };
     let kind = header.kind.as_ref();
     let need_index = || {
-        header
+        let index = header
             .output_index
-            .ok_or_else(|| ProviderError::event(kind, "missing `output_index`", data))
+            .ok_or_else(|| ProviderError::event(kind, "missing `output_index`", data))?;
+        bounded(kind, "output_index", index, data)
     };
+    let part_index =
+        |field: &'static str, index: Option<u32>| bounded(kind, field, index.unwrap_or(0), data);
     let need_delta = || {
         header
             .delta
@@ -219,21 +130,21 @@ pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderE
         },
         "response.output_text.delta" => ResponseEvent::OutputTextDelta {
             output_index: need_index()?,
-            content_index: header.content_index.unwrap_or(0),
+            content_index: part_index("content_index", header.content_index)?,
             delta: need_delta()?,
         },
         "response.reasoning_text.delta" | "response.reasoning.delta" => {
             ResponseEvent::ReasoningDelta {
                 kind: ReasoningKind::Text,
                 output_index: need_index()?,
-                part_index: header.content_index.unwrap_or(0),
+                part_index: part_index("content_index", header.content_index)?,
                 delta: need_delta()?,
             }
         }
         "response.reasoning_summary_text.delta" => ResponseEvent::ReasoningDelta {
             kind: ReasoningKind::Summary,
             output_index: need_index()?,
-            part_index: header.summary_index.unwrap_or(0),
+            part_index: part_index("summary_index", header.summary_index)?,
             delta: need_delta()?,
         },
         "response.function_call_arguments.delta" => ResponseEvent::FunctionCallArgumentsDelta {
@@ -286,6 +197,21 @@ pub(crate) fn parse_event(data: &str) -> Result<Option<ResponseEvent>, ProviderE
     Ok(Some(event))
 }
 
+/// The largest output, content or summary index accepted. Indexes address items and parts in order
+/// (consumers keep a slot per index), so a corrupt one in the billions must not become an allocation.
+pub(crate) const MAX_INDEX: u32 = 1 << 16;
+
+fn bounded(kind: &str, field: &str, index: u32, data: &str) -> Result<u32, ProviderError> {
+    if index > MAX_INDEX {
+        return Err(ProviderError::event(
+            kind,
+            format!("`{field}` {index} is past the {MAX_INDEX} limit"),
+            data,
+        ));
+    }
+    Ok(index)
+}
+
 /// An event whose fields did not fit the header: fine for a type we pass through, an error for one we
 /// interpret.
 fn other_event(
@@ -312,14 +238,6 @@ fn parse_value(kind: &str, data: &str) -> Result<Value, ProviderError> {
     serde_json::from_str(data).map_err(|error| ProviderError::event(kind, error, data))
 }
 
-fn code_text(code: Value) -> Option<String> {
-    match code {
-        Value::Null => None,
-        Value::String(text) => Some(text),
-        other => Some(other.to_string()),
-    }
-}
-
 #[derive(Deserialize)]
 struct ResponseHead {
     #[serde(default)]
@@ -330,7 +248,7 @@ struct ResponseHead {
 
 /// A response object (the terminal event's snapshot, or a non-streaming body).
 #[derive(Deserialize)]
-pub(crate) struct WireResponse {
+struct WireResponse {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
@@ -349,7 +267,7 @@ pub(crate) struct WireResponse {
 
 impl WireResponse {
     /// The snapshot, with `status` from the event type when given (else from the body).
-    pub(crate) fn into_snapshot(self, status: Option<ResponseStatus>) -> ResponseSnapshot {
+    fn into_snapshot(self, status: Option<ResponseStatus>) -> ResponseSnapshot {
         let status = status.or(match self.status.as_deref() {
             Some("completed") => Some(ResponseStatus::Completed),
             Some("incomplete") => Some(ResponseStatus::Incomplete),
@@ -430,4 +348,28 @@ impl WireUsage {
                 .and_then(|details| details.reasoning_tokens),
         }
     }
+}
+
+/// The events a streamed response would have carried, from a whole (non-streaming) response body.
+///
+/// # Errors
+/// [`ProviderError::Event`] when the body is not a response object.
+pub(crate) fn whole_response_events(body: &[u8]) -> Result<Vec<ResponseEvent>, ProviderError> {
+    let text = String::from_utf8_lossy(body);
+    let wire: WireResponse = serde_json::from_slice(body)
+        .map_err(|error| ProviderError::event("response", error, &text))?;
+    let snapshot = wire.into_snapshot(None);
+    let mut events = vec![ResponseEvent::Created {
+        response_id: snapshot.id.clone(),
+        model: snapshot.model.clone(),
+    }];
+    for (index, item) in snapshot.output.iter().enumerate() {
+        let output_index = u32::try_from(index).unwrap_or(u32::MAX);
+        events.push(ResponseEvent::OutputItemDone {
+            output_index,
+            item: item.clone(),
+        });
+    }
+    events.push(ResponseEvent::Finished(Box::new(snapshot)));
+    Ok(events)
 }

@@ -1,0 +1,148 @@
+//! The request side of OpenResponses: a round's request as a streaming `POST /responses` body.
+
+use std::borrow::Cow;
+
+use noetic_core::item::Item;
+use noetic_core::model::ModelRequest;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::body::{put, put_extra};
+use crate::error::ProviderError;
+
+/// Settings that shape the request body beyond the round's own request.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyOptions {
+    /// `store` (OpenAI keeps responses server-side unless told not to).
+    pub(crate) store: Option<bool>,
+    /// `include` (e.g. `reasoning.encrypted_content`, needed to replay reasoning with `store: false`).
+    pub(crate) include: Vec<String>,
+    /// Send tools with `strict: true` and strict-mode-safe schemas.
+    pub(crate) strict_tools: bool,
+}
+
+/// The body of `POST /responses`; `extra` fields replace ours of the same name (see [`crate::body`]).
+struct Body<'a> {
+    model: &'a str,
+    instructions: Option<&'a str>,
+    input: &'a [Item],
+    tools: Vec<FunctionTool<'a>>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    max_output_tokens: Option<u64>,
+    text: Option<TextOptions<'a>>,
+    store: Option<bool>,
+    include: &'a [String],
+    extra: &'a Map<String, Value>,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let extra = self.extra;
+        let mut map = serializer.serialize_map(None)?;
+        put(&mut map, extra, "model", self.model)?;
+        if let Some(instructions) = self.instructions {
+            put(&mut map, extra, "instructions", instructions)?;
+        }
+        put(&mut map, extra, "input", self.input)?;
+        if !self.tools.is_empty() {
+            put(&mut map, extra, "tools", &self.tools)?;
+        }
+        put(&mut map, extra, "stream", &true)?;
+        if let Some(temperature) = self.temperature {
+            put(&mut map, extra, "temperature", &temperature)?;
+        }
+        if let Some(top_p) = self.top_p {
+            put(&mut map, extra, "top_p", &top_p)?;
+        }
+        if let Some(max_output_tokens) = self.max_output_tokens {
+            put(&mut map, extra, "max_output_tokens", &max_output_tokens)?;
+        }
+        if let Some(text) = &self.text {
+            put(&mut map, extra, "text", text)?;
+        }
+        if let Some(store) = self.store {
+            put(&mut map, extra, "store", &store)?;
+        }
+        if !self.include.is_empty() {
+            put(&mut map, extra, "include", self.include)?;
+        }
+        put_extra(&mut map, extra)?;
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: std::borrow::Cow<'a, Value>,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+struct TextOptions<'a> {
+    format: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+/// Serializes a round's request as a streaming `POST /responses` body; `extra` fields replace the
+/// body's own of the same name (see [`crate::body`]).
+///
+/// # Errors
+/// [`ProviderError::InvalidConfig`] when the body does not serialize.
+pub(crate) fn request_body(
+    request: &ModelRequest<'_>,
+    options: &BodyOptions,
+    extra: &Map<String, Value>,
+) -> Result<Vec<u8>, ProviderError> {
+    let body = Body {
+        model: request.model,
+        instructions: request.instructions,
+        input: request.input,
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| FunctionTool {
+                kind: "function",
+                name: &tool.name,
+                description: &tool.description,
+                parameters: if options.strict_tools {
+                    Cow::Owned(crate::strict::strict_schema(&tool.parameters))
+                } else {
+                    Cow::Borrowed(&tool.parameters)
+                },
+                strict: options.strict_tools,
+            })
+            .collect(),
+        temperature: request.params.temperature,
+        top_p: request.params.top_p,
+        max_output_tokens: request.params.max_output_tokens,
+        text: request.output.map(|output| TextOptions {
+            format: JsonSchemaFormat {
+                kind: "json_schema",
+                name: &output.name,
+                schema: &output.schema,
+                strict: false,
+            },
+        }),
+        store: options.store,
+        include: &options.include,
+        extra,
+    };
+    serde_json::to_vec(&body).map_err(|error| ProviderError::InvalidConfig {
+        field: "request",
+        message: error.to_string(),
+    })
+}
