@@ -149,8 +149,8 @@ impl HttpClient {
     ///
     /// # Errors
     /// [`ProviderError::Http`] for an error status (after the retries), with the provider's message
-    /// read from its JSON error body; [`ProviderError::Transport`] when no response came. Secrets are
-    /// redacted from both.
+    /// read from its JSON error body (of which only the first 64 KiB are read); [`ProviderError::Transport`]
+    /// when no response came. Secrets are redacted from both.
     pub(crate) async fn post(&self, body: Vec<u8>) -> Result<Started, ProviderError> {
         let mut request = reqwest::Request::new(reqwest::Method::POST, self.url.clone());
         *request.headers_mut() = self.headers.clone();
@@ -176,7 +176,10 @@ impl HttpClient {
             })?;
         let status = response.status();
         if !status.is_success() {
-            let text = response.text().await.unwrap_or_default();
+            let mut text = error_body(response).await;
+            // Before the message is cut short, so that no cut leaves the start of a secret behind
+            // (the read bound may have cut one already: `redact_cut`).
+            self.secrets.redact_cut(&mut text);
             return Err(ProviderError::Http {
                 status: status.as_u16(),
                 message: error_message(&text, status),
@@ -197,6 +200,27 @@ impl HttpClient {
     }
 }
 
+/// The most of an error response's body that is read for its message; the rest is never waited for
+/// (a server may send an error status and then a body that never ends).
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// How much of an error body that holds no JSON message is shown.
+const MAX_ERROR_TEXT_CHARS: usize = 500;
+
+/// The start of an error response's body (up to [`MAX_ERROR_BODY_BYTES`], UTF-8 read lossily); a body
+/// that fails midway gives what came before. Dropping the response then closes the connection.
+async fn error_body(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY_BYTES);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
 /// A reqwest error without the URL (which may carry a key in a query string) and with its cause.
 fn transport_message(error: reqwest::Error) -> String {
     let error = error.without_url();
@@ -211,7 +235,7 @@ fn transport_message(error: reqwest::Error) -> String {
 }
 
 /// The provider's message from an error body (`{"error": {"message": …}}`, `{"message": …}`), else the
-/// body itself, else the status text.
+/// start of the body itself, else the status text.
 fn error_message(body: &str, status: reqwest::StatusCode) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let message = parsed.as_ref().and_then(|value| {
@@ -224,7 +248,7 @@ fn error_message(body: &str, status: reqwest::StatusCode) -> String {
     });
     match message {
         Some(message) => message,
-        None if !body.trim().is_empty() => body.chars().take(500).collect(),
+        None if !body.trim().is_empty() => body.chars().take(MAX_ERROR_TEXT_CHARS).collect(),
         None => status.canonical_reason().unwrap_or("error").to_owned(),
     }
 }

@@ -322,3 +322,56 @@ async fn an_absurd_output_index_is_malformed_not_a_huge_allocation() {
         assert!(error.to_string().contains("4000000000"), "{error}");
     }
 }
+
+#[tokio::test]
+async fn an_error_body_that_never_ends_fails_the_round_at_once() {
+    // An error status, then a large body that never ends: the provider reads a bounded start of it
+    // for the message instead of waiting for (and buffering) the rest.
+    let mut body = b"data: ".to_vec();
+    body.extend(std::iter::repeat_n(b'x', 256 * 1024));
+    body.extend_from_slice(b"\n\ndata: never sent\n\n");
+    let server = MockServer::start().await;
+    let providers: [Box<dyn ModelProvider>; 2] = [
+        Box::new(
+            OpenResponses::builder(server.base_url())
+                .retry(RetryConfig::none())
+                .build()
+                .unwrap(),
+        ),
+        Box::new(
+            ChatCompletions::builder(server.base_url())
+                .retry(RetryConfig::none())
+                .build()
+                .unwrap(),
+        ),
+    ];
+    for provider in &providers {
+        server.push(
+            MockReply::sse(body.clone())
+                .status(400)
+                .header("content-type", "text/plain")
+                .stall_after_events(1),
+        );
+        let params = ModelParams::default();
+        let input = [Item::user_text("hello")];
+        let request = ModelRequest::new("m", &input, &params);
+        // Not a wait for work: a guard that turns a hang into a failure.
+        let outcome = tokio::time::timeout(Duration::from_secs(30), provider.stream(&request))
+            .await
+            .expect("the round did not end: it waited for the end of an endless error body");
+        let Err(error) = outcome else {
+            panic!("a 400 is an error")
+        };
+        assert!(
+            matches!(
+                &error,
+                noetic_core::Error::Provider {
+                    status: Some(400),
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("data: xxx"), "{error}");
+    }
+}

@@ -184,6 +184,45 @@ async fn a_plain_error_body_echoing_a_custom_key_header_is_redacted() {
 }
 
 #[tokio::test]
+async fn a_long_error_body_cut_short_leaves_no_start_of_the_key() {
+    // A plain body is shown cut to its first 500 characters: here the cut falls inside the key.
+    let body = format!("{}{KEY} is not valid", "x".repeat(490));
+    let server = MockServer::start().await;
+    for _ in 0..2 {
+        server.push(
+            MockReply::sse(body.clone())
+                .status(401)
+                .header("content-type", "text/plain"),
+        );
+    }
+    let responses = OpenResponses::builder(server.base_url())
+        .api_key(KEY)
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    let chat = ChatCompletions::builder(server.base_url())
+        .api_key(KEY)
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    for error in [
+        events(&responses).await.unwrap_err(),
+        events(&chat).await.unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "PROVIDER_ERROR");
+        let shown = format!("{error} {error:?}");
+        assert!(
+            shown.contains("xxxxxxxx"),
+            "the body's start stays: {error}"
+        );
+        assert!(
+            !shown.contains(&KEY[..6]),
+            "the start of the key leaked: {shown}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_error_event_echoing_the_key_is_redacted() {
     let server = MockServer::start().await;
     server.push(MockReply::sse_events([
