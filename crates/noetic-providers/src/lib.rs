@@ -29,6 +29,8 @@ mod chat;
 mod decode;
 mod demo;
 mod error;
+#[cfg(test)]
+mod grammar;
 mod http;
 mod provider;
 mod responses;

@@ -59,9 +59,9 @@ fn replay(name: &str) -> (Vec<ResponseEvent>, ModelResponse) {
     (events, response)
 }
 
-/// The OpenResponses order rules (see [`crate::bad_bytes::grammar_violation`]).
+/// The OpenResponses order rules (see [`crate::grammar::grammar_violation`]).
 fn check_grammar(events: &[ResponseEvent]) {
-    assert_eq!(crate::bad_bytes::grammar_violation(events), None);
+    assert_eq!(crate::grammar::grammar_violation(events), None);
 }
 
 fn finished(events: &[ResponseEvent]) -> Vec<&ResponseSnapshot> {
