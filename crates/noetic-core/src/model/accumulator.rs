@@ -67,11 +67,18 @@ struct Slot {
 #[derive(Debug, Default)]
 pub struct ResponseAccumulator {
     slots: Vec<Slot>,
+    /// The first output or content index past [`MAX_OUTPUT_INDEX`]: such an event is dropped (its
+    /// slot would cost memory by the index) and the round fails when it finishes.
+    out_of_range: Option<(&'static str, u32)>,
     response_id: Option<String>,
     model: Option<String>,
     finished: Option<Box<ResponseSnapshot>>,
     error: Option<(Option<String>, String)>,
 }
+
+/// The largest output or content index a round may use. Slots are stored by index, so an absurd index
+/// from a broken or hostile stream (`output_index: 4294967295`) would otherwise allocate by it.
+pub const MAX_OUTPUT_INDEX: u32 = 65_536;
 
 impl ResponseAccumulator {
     /// An empty accumulator.
@@ -79,12 +86,25 @@ impl ResponseAccumulator {
         Self::default()
     }
 
-    fn slot(&mut self, output_index: u32) -> &mut Slot {
+    /// Whether `index` (an output index, or a content index when `what` says so) is in range; records
+    /// the first one that is not.
+    fn in_range(&mut self, what: &'static str, index: u32) -> bool {
+        if index <= MAX_OUTPUT_INDEX {
+            return true;
+        }
+        self.out_of_range.get_or_insert((what, index));
+        false
+    }
+
+    fn slot(&mut self, output_index: u32) -> Option<&mut Slot> {
+        if !self.in_range("output_index", output_index) {
+            return None;
+        }
         let index = output_index as usize;
         if self.slots.len() <= index {
             self.slots.resize_with(index + 1, Slot::default);
         }
-        &mut self.slots[index]
+        Some(&mut self.slots[index])
     }
 
     /// Takes one event. Returns the output index of an item that this event completed.
@@ -99,14 +119,19 @@ impl ResponseAccumulator {
                 }
             }
             ResponseEvent::OutputItemAdded { output_index, item } => {
-                self.slot(*output_index).opened = Some(item.clone());
+                if let Some(slot) = self.slot(*output_index) {
+                    slot.opened = Some(item.clone());
+                }
             }
             ResponseEvent::OutputTextDelta {
                 output_index,
                 content_index,
                 delta,
             } => {
-                let slot = self.slot(*output_index);
+                if !self.in_range("content_index", *content_index) {
+                    return None;
+                }
+                let slot = self.slot(*output_index)?;
                 let part = *content_index as usize;
                 if slot.text.len() <= part {
                     slot.text.resize_with(part + 1, String::new);
@@ -117,16 +142,21 @@ impl ResponseAccumulator {
                 output_index,
                 delta,
             } => {
-                self.slot(*output_index).arguments.push_str(delta);
+                if let Some(slot) = self.slot(*output_index) {
+                    slot.arguments.push_str(delta);
+                }
             }
             ResponseEvent::FunctionCallArgumentsDone {
                 output_index,
                 arguments,
             } => {
-                self.slot(*output_index).arguments.clone_from(arguments);
+                if let Some(slot) = self.slot(*output_index) {
+                    slot.arguments.clone_from(arguments);
+                }
             }
             ResponseEvent::OutputItemDone { output_index, item } => {
-                self.slot(*output_index).done = Some(item.clone());
+                let slot = self.slot(*output_index)?;
+                slot.done = Some(item.clone());
                 return Some(*output_index);
             }
             ResponseEvent::Finished(snapshot) => {
@@ -158,10 +188,22 @@ impl ResponseAccumulator {
     ///
     /// # Errors
     /// [`Error::Provider`] when the stream ended without a terminal event (a truncated stream is never
-    /// a silent success).
+    /// a silent success), or when an event named an output or content index past
+    /// [`MAX_OUTPUT_INDEX`] (the message names it).
     pub fn finish(self, provider: &str, round: u32) -> Result<ModelResponse> {
+        if let Some((what, index)) = self.out_of_range {
+            return Err(Error::Provider {
+                provider: provider.to_owned(),
+                status: None,
+                message: format!(
+                    "malformed stream: {what} {index} is past the largest supported ({MAX_OUTPUT_INDEX})"
+                ),
+                round: Some(round),
+            });
+        }
         let ResponseAccumulator {
             slots,
+            out_of_range: _,
             response_id,
             model,
             finished,

@@ -9,7 +9,7 @@ mod accumulator;
 mod event;
 mod request;
 
-pub use accumulator::{ModelResponse, ResponseAccumulator};
+pub use accumulator::{MAX_OUTPUT_INDEX, ModelResponse, ResponseAccumulator};
 pub use event::{ReasoningKind, ResponseEvent, ResponseSnapshot, ResponseStatus};
 pub use request::{ModelParams, ModelRequest, OutputFormat, ToolSpec};
 

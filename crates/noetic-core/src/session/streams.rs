@@ -129,7 +129,10 @@ impl Builder {
                 delta,
             } => {
                 let (key, item) = self.open.get_mut(output_index)?;
-                if let Item::Message(message) = item {
+                if let Item::Message(message) = item
+                    && *content_index <= crate::model::MAX_OUTPUT_INDEX
+                {
+                    // Past the cap the delta only misses from the snapshot; the round itself fails.
                     let index = *content_index as usize;
                     while message.content.len() <= index {
                         message.content.push(ContentPart::OutputText {

@@ -869,3 +869,41 @@ async fn emit_false_silences_step_and_model_events_but_not_items() {
     assert_eq!(log.framework_types(), ["item_appended", "item_appended"]);
     assert!(!log.sdk_types().is_empty());
 }
+
+/// A stream naming an absurd output or content index fails its round with `PROVIDER_ERROR` naming
+/// the index, instead of allocating a slot per index (which aborted the process).
+#[tokio::test]
+async fn an_absurd_output_or_content_index_fails_the_round_without_allocating_by_it() {
+    for (what, output_index, content_index) in [
+        ("output_index", u32::MAX, 0),
+        ("content_index", 0, u32::MAX),
+    ] {
+        let mut events = ScriptedResponse::text("hello").into_events();
+        let at = events
+            .iter()
+            .position(|event| matches!(event, ResponseEvent::Finished(_)))
+            .unwrap();
+        events.insert(
+            at,
+            ResponseEvent::OutputTextDelta {
+                output_index,
+                content_index,
+                delta: "x".to_owned(),
+            },
+        );
+        let model = ScriptedModel::with_responses([ScriptedResponse::events(events)]);
+        let (harness, ctx, _log) = setup(&model);
+        let step = call_model("answer").model("scripted/model").build();
+        let error = harness.run(&step, "Hi".to_owned(), &ctx).await.unwrap_err();
+        assert_eq!(error.code(), "PROVIDER_ERROR", "{what}: {error}");
+        assert!(
+            error.to_string().contains(&format!("{what} {}", u32::MAX)),
+            "{what}: {error}"
+        );
+        assert_eq!(
+            model.requests().len(),
+            1,
+            "{what}: a malformed stream is not retried"
+        );
+    }
+}
