@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use crate::harness::AgentHarness;
+use crate::runtime::Runtime;
 use crate::step::StepNode;
 use crate::{Error, Result};
 
@@ -117,14 +117,14 @@ impl Need {
     }
 }
 
-/// Checks every need declared in `node`'s tree against `harness`'s connections.
+/// Checks every need declared in `node`'s tree against `runtime`'s connections.
 ///
 /// # Errors
 /// [`Error::ConnectionUnsatisfied`] for the first need (depth first, in tree order) that no connection
 /// meets: `registered: false` when no connection has the name, `true` when it lacks the operation.
-pub(crate) fn check(harness: &AgentHarness, node: &StepNode) -> Result<()> {
+pub(crate) fn check(runtime: &Runtime, node: &StepNode) -> Result<()> {
     node.try_for_each_need(&mut |need| {
-        let registered = match harness.connection(&need.connection) {
+        let registered = match runtime.connection(&need.connection) {
             Some(connection) if connection.supports(&need.operation) => return Ok(()),
             Some(_) => true,
             None => false,

@@ -71,7 +71,6 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use crate::context::Context;
-use crate::harness::AgentHarness;
 use crate::{Error, Result};
 use state::{ChannelState, Offered, OnMismatch, Taken};
 
@@ -321,21 +320,6 @@ impl Context {
                 timeout: timeout.unwrap_or(Duration::MAX),
             },
         }
-    }
-}
-
-impl AgentHarness {
-    /// A handle on `channel` of `ctx`'s root execution, for host code; the same as
-    /// [`Context::channel_handle`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the name is declared with another mode in this execution.
-    pub fn channel_handle<T>(
-        &self,
-        ctx: &Context,
-        channel: &Channel<T>,
-    ) -> Result<ChannelHandle<T>> {
-        ctx.channel_handle(channel)
     }
 }
 

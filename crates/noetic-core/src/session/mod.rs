@@ -28,8 +28,9 @@ pub use bus::{
 pub use steer::{OnSteer, Steer, SteerDecision, SteerPoint, default_decision};
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
-pub(crate) use runner::Sessions;
+pub(crate) use runner::{Message, Sessions};
 pub(crate) use steer::{Applied, SteerInbox};
+pub(crate) use streams::{item_snapshots, text_chunks};
 
 use serde::{Deserialize, Serialize};
 

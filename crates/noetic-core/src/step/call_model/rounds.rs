@@ -50,9 +50,9 @@ pub(crate) async fn execute(
             step_id: step_id.to_owned(),
         });
     }
-    let harness = ctx.harness();
+    let runtime = ctx.runtime();
     let (provider_name, provider) =
-        harness.resolve_provider(spec.provider.as_deref(), &spec.model)?;
+        runtime.resolve_provider(spec.provider.as_deref(), &spec.model)?;
 
     // Where the step's new items start, for the layers' `store` (its input message included).
     let step_start = ctx.item_count();
@@ -69,13 +69,13 @@ pub(crate) async fn execute(
     )
     .await;
     let mut guides = 0u32;
-    let tools = ToolSet::new(&spec.tools, harness.tools());
+    let tools = ToolSet::new(&spec.tools, runtime.tools());
     let emit = &spec.emit;
     let env = RoundEnv {
         provider: &*provider,
         provider_name: &provider_name,
         ctx,
-        idle_timeout: spec.idle_timeout.unwrap_or_else(|| harness.idle_timeout()),
+        idle_timeout: spec.idle_timeout.unwrap_or_else(|| runtime.idle_timeout()),
         emit,
     };
 
