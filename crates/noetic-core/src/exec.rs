@@ -13,8 +13,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::Error;
 use crate::Result;
 use crate::context::Context;
+use crate::runtime::Runtime;
 use crate::step::{Origin, StepNode, execute};
 
 /// Runs `node` on `ctx` with `input` by the protocol above.
@@ -27,12 +29,33 @@ pub(crate) async fn run(
     input: Value,
     origin: Origin,
 ) -> Result<Value> {
-    crate::connection::check(ctx.runtime(), node)?;
-    let _channels = crate::channel::RunGuard::enter(ctx);
+    check_connections(ctx.runtime(), node)?;
+    let _channels =
+        crate::channel::RunGuard::enter(ctx.parent().is_none().then(|| ctx.root_channels()));
     let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
         Ok(()) => execute(node, input, origin, ctx).await,
         Err(error) => Err(error),
     };
     crate::layer::lifecycle::finished(ctx, &result);
     result
+}
+
+/// Checks every need declared in `node`'s tree against `runtime`'s connections.
+///
+/// # Errors
+/// [`Error::ConnectionUnsatisfied`] for the first need (depth first, in tree order) that no connection
+/// meets: `registered: false` when no connection has the name, `true` when it lacks the operation.
+fn check_connections(runtime: &Runtime, node: &StepNode) -> Result<()> {
+    node.try_for_each_need(&mut |need| {
+        let registered = match runtime.connection(&need.connection) {
+            Some(connection) if connection.supports(&need.operation) => return Ok(()),
+            Some(_) => true,
+            None => false,
+        };
+        Err(Error::ConnectionUnsatisfied {
+            connection: need.connection.clone(),
+            operation: need.operation.clone(),
+            registered,
+        })
+    })
 }

@@ -10,7 +10,7 @@ impl AgentHarness {
     /// [`Context::channel_handle`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the name is declared with another mode in this execution.
+    /// [`crate::Error::InvalidArgument`] when the name is declared with another mode in this execution.
     pub fn channel_handle<T>(
         &self,
         ctx: &Context,

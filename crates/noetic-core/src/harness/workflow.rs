@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::workflow::IntoWorkflowDocument;
 
 impl AgentHarness {
-    /// Parses a workflow document, hydrates it against the harness's [`WorkflowRegistry`] (whose
+    /// Parses a workflow document, hydrates it against the harness's [`crate::WorkflowRegistry`] (whose
     /// names win; the harness's own tools resolve the rest) and its options, and runs it with
     /// [`AgentHarness::run`] on `ctx` (layers, hooks and events included).
     ///

@@ -81,7 +81,7 @@ use serde_json::Value;
 
 use crate::Result;
 
-/// Anything [`AgentHarness::parse_and_run_workflow`] accepts as a document: JSON text, a JSON value,
+/// Anything [`crate::AgentHarness::parse_and_run_workflow`] accepts as a document: JSON text, a JSON value,
 /// or a parsed [`WorkflowDocument`].
 pub trait IntoWorkflowDocument {
     /// Parses (or hands over) the document.

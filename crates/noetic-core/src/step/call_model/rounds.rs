@@ -23,7 +23,8 @@ use crate::layer::{
     by_slot, estimate_tokens, fit_history, fit_items, gate_response, project_history,
 };
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
-use crate::session::{Applied, SteerPoint};
+use crate::session::Applied;
+use crate::steer::SteerPoint;
 use crate::step::Origin;
 use crate::usage::Spend;
 use crate::{Error, Result};

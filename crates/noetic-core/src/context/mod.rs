@@ -15,6 +15,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::RootChannels;
+
+mod channels;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::lifecycle::LayerLife;
