@@ -40,6 +40,7 @@ pub mod session;
 mod steer;
 mod step;
 mod step_kind;
+mod sync;
 mod tool;
 pub mod until;
 mod usage;

@@ -6,7 +6,7 @@
 //! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -259,13 +259,7 @@ pub(crate) struct ChildSpec {
     pub(crate) forward_steers: bool,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks cannot leave the data half-written (every critical
-    // section is a single assignment or push), so a poisoned lock is still safe to use.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::sync::lock;
 
 impl Context {
     /// A new root context running on `runtime` (or a child, with `options.parent`: depth + 1, joins

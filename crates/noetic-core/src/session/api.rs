@@ -61,6 +61,7 @@ impl From<Vec<Item>> for Input {
 
 /// Options of [`crate::AgentHarness::execute`].
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ExecuteOptions {
     /// The thread (default [`DEFAULT_THREAD`]).
     pub thread_id: Option<String>,
@@ -73,6 +74,11 @@ pub struct ExecuteOptions {
 }
 
 impl ExecuteOptions {
+    /// Options with everything defaulted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// Sets the thread.
     pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
         self.thread_id = Some(thread_id.into());
@@ -100,12 +106,23 @@ impl ExecuteOptions {
 
 /// Which session an accessor looks at.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Scope {
     /// The thread (default [`DEFAULT_THREAD`]).
     pub thread_id: Option<String>,
 }
 
 impl Scope {
+    /// The scope of the default thread ([`DEFAULT_THREAD`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The scope of `thread_id`, or of the default thread for `None`.
+    pub fn thread_or_default(thread_id: Option<String>) -> Self {
+        Scope { thread_id }
+    }
+
     /// The scope of `thread_id`.
     pub fn thread(thread_id: impl Into<String>) -> Self {
         Scope {
@@ -120,11 +137,31 @@ impl Scope {
 
 /// Options of [`crate::AgentHarness::abort`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AbortOptions {
     /// The thread (default [`DEFAULT_THREAD`]).
     pub thread_id: Option<String>,
     /// Why (becomes the turn's `CANCELLED` reason).
     pub reason: Option<String>,
+}
+
+impl AbortOptions {
+    /// Options aborting the default thread's turn, without a reason.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the thread.
+    pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Sets the reason.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
 }
 
 /// What a session is doing.

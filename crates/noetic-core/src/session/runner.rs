@@ -48,9 +48,7 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.map
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.map)
     }
 
     /// The session of `thread_id`, created when missing.
@@ -112,9 +110,7 @@ impl Session {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     fn bump(&self) {

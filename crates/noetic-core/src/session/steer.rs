@@ -56,9 +56,7 @@ impl SteerInbox {
     }
 
     fn pending(&self) -> MutexGuard<'_, VecDeque<Steer>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.pending)
     }
 
     pub(crate) fn push(&self, steer: Steer) {
