@@ -211,12 +211,7 @@ impl Threads {
             self.known.push(thread.clone());
             let tag = (thread != self.own).then(|| thread.clone());
             // From now on: the chat subscribes before it sends, so it sees all of its turns.
-            let events = harness.events_with(
-                Scope {
-                    thread_id: Some(thread.clone()),
-                },
-                Replay::None,
-            );
+            let events = harness.events_with(Scope::thread(thread.clone()), Replay::None);
             self.events
                 .push(events.map(move |event| (tag.clone(), event)).boxed());
         }
@@ -226,9 +221,7 @@ impl Threads {
     /// Whether every thread the chat has sent to is idle with nothing queued.
     fn all_idle(&self, harness: &AgentHarness) -> bool {
         self.known.iter().all(|thread| {
-            let scope = Scope {
-                thread_id: Some(thread.clone()),
-            };
+            let scope = Scope::thread(thread.clone());
             harness.status(scope.clone()) == SessionStatus::Idle && harness.queue_len(scope) == 0
         })
     }
@@ -281,16 +274,16 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
                     Ok(Line::Skip) => {}
                     Ok(Line::Quit) => quitting = true,
                     Ok(Line::Status { thread }) => {
-                        let scope = Scope { thread_id: Some(thread.unwrap_or_else(|| threads.own.clone())) };
+                        let scope = Scope::thread(thread.unwrap_or_else(|| threads.own.clone()));
                         let status = status_json(&harness.status(scope.clone()), harness.queue_len(scope));
                         eprintln!("{status}");
                     }
                     Ok(Line::Abort { thread }) => {
                         // Abort waits for the turn to end; keep reading stdin meanwhile.
                         let harness = harness.clone();
-                        let thread_id = Some(thread.unwrap_or_else(|| threads.own.clone()));
+                        let thread_id = thread.unwrap_or_else(|| threads.own.clone());
                         tokio::spawn(async move {
-                            harness.abort(AbortOptions { thread_id, reason: Some("aborted from the chat".to_owned()) }).await;
+                            harness.abort(AbortOptions::new().thread_id(thread_id).reason("aborted from the chat")).await;
                         });
                     }
                     Ok(Line::Message { input, mode, thread, message_id }) => {

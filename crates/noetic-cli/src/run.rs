@@ -31,15 +31,13 @@ pub(crate) async fn run(
     };
     let setup = setup(flow, options).await?;
     let harness = &setup.harness;
-    let scope = Scope {
-        thread_id: options.thread.clone(),
-    };
+    let scope = Scope::thread_or_default(options.thread.clone());
     // Subscribe before executing so no event of the turn is missed, and none of an earlier one shown.
     let mut events = harness.events_with(scope.clone(), Replay::None);
-    let execute = ExecuteOptions {
-        thread_id: options.thread.clone(),
-        ..ExecuteOptions::default()
-    };
+    let mut execute = ExecuteOptions::new();
+    if let Some(thread) = &options.thread {
+        execute = execute.thread_id(thread.clone());
+    }
     harness.execute(prompt, execute).await?;
 
     let mut stdout = std::io::stdout().lock();

@@ -19,15 +19,11 @@
 
 use std::sync::Arc;
 
-use crate::harness::AgentHarness;
-use crate::step::StepNode;
-use crate::{Error, Result};
-
 /// A named connection and the operations it supports.
 ///
 /// Implement it on the client of an external system, or use a [`ConnectionSpec`] to declare one.
 /// Object safe: the harness stores connections as `Arc<dyn Connection>`, and steps reach theirs with
-/// [`AgentHarness::connection`].
+/// [`crate::AgentHarness::connection`].
 pub trait Connection: Send + Sync + 'static {
     /// The connection's name, as steps refer to it.
     fn name(&self) -> &str;
@@ -115,24 +111,4 @@ impl Need {
             operation: operation.into(),
         }
     }
-}
-
-/// Checks every need declared in `node`'s tree against `harness`'s connections.
-///
-/// # Errors
-/// [`Error::ConnectionUnsatisfied`] for the first need (depth first, in tree order) that no connection
-/// meets: `registered: false` when no connection has the name, `true` when it lacks the operation.
-pub(crate) fn check(harness: &AgentHarness, node: &StepNode) -> Result<()> {
-    node.try_for_each_need(&mut |need| {
-        let registered = match harness.connection(&need.connection) {
-            Some(connection) if connection.supports(&need.operation) => return Ok(()),
-            Some(_) => true,
-            None => false,
-        };
-        Err(Error::ConnectionUnsatisfied {
-            connection: need.connection.clone(),
-            operation: need.operation.clone(),
-            registered,
-        })
-    })
 }

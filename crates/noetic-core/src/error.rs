@@ -6,8 +6,6 @@
 
 use std::time::Duration;
 
-use crate::model::ResponseStatus;
-
 /// A boxed error from user code or an adapter.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -575,4 +573,17 @@ mod tests {
         }
         assert_eq!(count, CODES.len(), "every CODES entry has a variant");
     }
+}
+
+/// The terminal status of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ResponseStatus {
+    /// The response finished normally.
+    Completed,
+    /// The response stopped early (token limit, content filter).
+    Incomplete,
+    /// The response failed.
+    Failed,
 }

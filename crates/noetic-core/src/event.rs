@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::item::Item;
 use crate::model::{ResponseEvent, ResponseStatus};
-use crate::step::StepKind;
+use crate::step_kind::StepKind;
 
 /// An event of a running agent.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ pub enum FrameworkEvent {
         /// The applied messages' ids, in the order the model sees them.
         message_ids: Vec<String>,
         /// Where they were applied.
-        point: crate::session::SteerPoint,
+        point: crate::steer::SteerPoint,
         /// The round of the model call that applied them (the next request carries them).
         round: u32,
     },
@@ -71,7 +71,7 @@ pub enum FrameworkEvent {
         /// The message's id.
         message_id: String,
         /// Where it was dropped.
-        point: crate::session::SteerPoint,
+        point: crate::steer::SteerPoint,
     },
     /// A step is about to run.
     StepStarted {

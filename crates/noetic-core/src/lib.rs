@@ -29,13 +29,18 @@ mod connection;
 mod context;
 mod error;
 mod event;
+mod exec;
 mod harness;
 mod id;
 pub mod item;
 pub mod layer;
 pub mod model;
+mod runtime;
 pub mod session;
+mod steer;
 mod step;
+mod step_kind;
+mod sync;
 mod tool;
 pub mod until;
 mod usage;
@@ -47,14 +52,13 @@ pub use connection::{Connection, ConnectionSpec};
 pub use context::{Context, ContextOptions, MAX_DEPTH, StepMeta};
 pub use error::{BoxError, CODES, Error, Result, StepFailure};
 pub use event::{EventSink, FrameworkEvent, StreamEvent};
-pub use harness::{
-    AgentHarness, AgentHarnessBuilder, AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT,
-};
+pub use harness::{AgentHarness, AgentHarnessBuilder};
 pub use item::{ContentPart, Item, Role};
 pub use layer::{
     Band, ContextLayer, LayerCtx, LayerDecision, LayerScope, LayerUsage, Outcome, RecallLayerOutput,
 };
 pub use model::{ModelProvider, ModelRequest, ModelStream, ResponseEvent};
+pub use runtime::{AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT, Runtime, RuntimeBuilder};
 pub use session::{
     AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
     ItemSnapshot, Replay, Scope, SessionChunk, SessionStatus, Steer, SteerDecision, SteerPoint,

@@ -4,7 +4,14 @@
 //! implementation beside it, so a harness built with no adapters runs sandboxed and offline.
 //!
 //! - [`storage`]: key-value persistence ([`StorageAdapter`], [`InMemoryStorage`]).
+//! - the model seam: [`ModelProvider`] (defined in [`crate::model`], with its request and events).
+//! - connections: [`Connection`] and [`ConnectionSpec`], whose operations steps declare they need.
+//!
+//! This is the one home of the adapter traits; their defining modules' paths keep working.
 
 pub mod storage;
 
 pub use storage::{InMemoryStorage, StorageAdapter, StorageOp};
+
+pub use crate::connection::{Connection, ConnectionSpec};
+pub use crate::model::{ModelProvider, ModelRequest, ModelStream};

@@ -159,9 +159,7 @@ impl InMemoryStorage {
     fn map(&self) -> MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
         // Every critical section is a single map operation (or a batch applied from a prepared list), so
         // a poisoned lock still guards consistent data.
-        self.map
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.map)
     }
 }
 

@@ -54,6 +54,12 @@
 //! # Ok::<(), noetic_core::Error>(())
 //! # }).unwrap();
 //! ```
+//!
+//! [`Context::send`]: crate::Context::send
+//! [`Context::send_timeout`]: crate::Context::send_timeout
+//! [`Context::recv`]: crate::Context::recv
+//! [`Context::try_recv`]: crate::Context::try_recv
+//! [`Context::channel_handle`]: crate::Context::channel_handle
 
 mod handle;
 mod state;
@@ -70,15 +76,14 @@ use std::time::Duration;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use crate::context::Context;
-use crate::harness::AgentHarness;
 use crate::{Error, Result};
 use state::{ChannelState, Offered, OnMismatch, Taken};
+use tokio_util::sync::CancellationToken;
 
 /// The capacity of [`Channel::queue_default`] queues.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
 
-/// How long [`Context::send`] waits on a full queue before failing with `CHANNEL_TIMEOUT`.
+/// How long [`crate::Context::send`] waits on a full queue before failing with `CHANNEL_TIMEOUT`.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The wait a topic `recv` gets when asked for a zero timeout: waiting forever for a value that only
@@ -186,7 +191,23 @@ impl<T> Channel<T> {
     }
 }
 
-impl Context {
+/// What stops a waiting channel operation: a cancellation token, and the abort reason to report
+/// when it is cancelled. A context is one (`context/channels.rs`); the channel code names no context.
+pub(crate) trait Cancellation: Sync {
+    /// The token whose cancellation stops the wait.
+    fn token(&self) -> &CancellationToken;
+    /// The reason reported in `CANCELLED`.
+    fn reason(&self) -> Option<String>;
+}
+
+/// What channel operations need: the root execution's channels and what cancels a wait. Built by
+/// `Context`'s channel methods.
+pub(crate) struct Endpoint<'a> {
+    pub(crate) channels: &'a RootChannels,
+    pub(crate) cancel: &'a dyn Cancellation,
+}
+
+impl Endpoint<'_> {
     /// Sends `value` on `channel`, waiting up to [`DEFAULT_SEND_TIMEOUT`] while a queue is full.
     ///
     /// Value and topic sends, and queue sends with room, complete at once.
@@ -197,7 +218,7 @@ impl Context {
     /// # Cancel safety
     /// Not cancel safe while parked on a full queue: dropping the future discards the value, unless a
     /// freed slot had already taken it.
-    pub async fn send<T: Serialize>(&self, channel: &Channel<T>, value: T) -> Result<()> {
+    pub(crate) async fn send<T: Serialize>(&self, channel: &Channel<T>, value: T) -> Result<()> {
         self.send_timeout(channel, value, Some(DEFAULT_SEND_TIMEOUT))
             .await
     }
@@ -214,7 +235,7 @@ impl Context {
     /// # Cancel safety
     /// Not cancel safe while parked on a full queue: dropping the future discards the value, unless a
     /// freed slot had already taken it.
-    pub async fn send_timeout<T: Serialize>(
+    pub(crate) async fn send_timeout<T: Serialize>(
         &self,
         channel: &Channel<T>,
         value: T,
@@ -247,7 +268,7 @@ impl Context {
     /// # Cancel safety
     /// Cancel safe: dropping the future loses no value (a queue value handed to it while it waited goes
     /// back to the head of the queue).
-    pub async fn recv<T: DeserializeOwned>(
+    pub(crate) async fn recv<T: DeserializeOwned>(
         &self,
         channel: &Channel<T>,
         timeout: Option<Duration>,
@@ -281,7 +302,7 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidArgument`] when the value does not deserialize into `T` (it stays in the
     /// channel) or the name is declared with another mode in this execution.
-    pub fn try_recv<T: DeserializeOwned>(&self, channel: &Channel<T>) -> Result<Option<T>> {
+    pub(crate) fn try_recv<T: DeserializeOwned>(&self, channel: &Channel<T>) -> Result<Option<T>> {
         let state = self.channel_state(channel)?;
         state
             .try_take(|v| decode(&channel.name, v), OnMismatch::Keep)
@@ -292,16 +313,14 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the name is declared with another mode in this execution.
-    pub fn channel_handle<T>(&self, channel: &Channel<T>) -> Result<ChannelHandle<T>> {
-        let store = self.root_channels().store();
+    pub(crate) fn channel_handle<T>(&self, channel: &Channel<T>) -> Result<ChannelHandle<T>> {
+        let store = self.channels.store();
         let state = store.channel(&channel.name, channel.mode)?;
         Ok(ChannelHandle::new(store.clone(), state))
     }
 
     fn channel_state<T>(&self, channel: &Channel<T>) -> Result<Arc<ChannelState>> {
-        self.root_channels()
-            .store()
-            .channel(&channel.name, channel.mode)
+        self.channels.store().channel(&channel.name, channel.mode)
     }
 
     /// Resolves with `CANCELLED` when this context is aborted, or `CHANNEL_TIMEOUT` when `timeout`
@@ -315,27 +334,12 @@ impl Context {
         };
         tokio::select! {
             biased;
-            () = self.cancelled() => Error::cancelled(self.abort_reason()),
+            () = self.cancel.token().cancelled() => Error::cancelled(self.cancel.reason()),
             () = expired => Error::ChannelTimeout {
                 channel: channel.to_owned(),
                 timeout: timeout.unwrap_or(Duration::MAX),
             },
         }
-    }
-}
-
-impl AgentHarness {
-    /// A handle on `channel` of `ctx`'s root execution, for host code; the same as
-    /// [`Context::channel_handle`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the name is declared with another mode in this execution.
-    pub fn channel_handle<T>(
-        &self,
-        ctx: &Context,
-        channel: &Channel<T>,
-    ) -> Result<ChannelHandle<T>> {
-        ctx.channel_handle(channel)
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
@@ -21,13 +21,7 @@ use crate::Result;
 /// How many values a topic stream keeps for a slow reader before dropping the oldest.
 pub(crate) const TAP_CAPACITY: usize = 1000;
 
-/// Locks a mutex, recovering from poisoning: every critical section in this module leaves the data
-/// consistent at each step (pushes, pops, assignments), so a panic elsewhere cannot leave it half-written.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 /// One channel of a root execution.
 pub(crate) struct ChannelState {

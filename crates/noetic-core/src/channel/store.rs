@@ -13,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::ChannelMode;
 use super::state::{ChannelState, lock};
-use crate::context::Context;
 use crate::{Error, Result};
 
 /// The channel state a root context carries (children use their root's).
@@ -146,8 +145,9 @@ pub(crate) struct RunGuard<'a> {
 }
 
 impl<'a> RunGuard<'a> {
-    pub(crate) fn enter(ctx: &'a Context) -> Self {
-        let root = ctx.parent().is_none().then(|| ctx.root_channels());
+    /// Enters a run: `root` is the channels of the context the run is on when it is a root, `None` on a
+    /// child.
+    pub(crate) fn enter(root: Option<&'a RootChannels>) -> Self {
         if let Some(root) = root {
             root.enter();
         }

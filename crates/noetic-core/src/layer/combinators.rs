@@ -11,7 +11,7 @@ use super::{
 use crate::Result;
 use crate::context::Context;
 use crate::item::Item;
-use crate::session::{Steer, SteerDecision, SteerPoint};
+use crate::steer::{Steer, SteerDecision, SteerPoint};
 
 /// The id of a `None` layer and of an empty stack.
 const NO_LAYER: &str = "none";

@@ -43,9 +43,7 @@ struct LifeState {
 impl LayerLife {
     fn lock(&self) -> MutexGuard<'_, LifeState> {
         // Every critical section is a push, a take or an assignment, so a poisoned lock is consistent.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// How many layers are initialized and not completed (what a drop without close loses).

@@ -39,7 +39,7 @@ use serde_json::Value;
 use crate::Result;
 use crate::context::Context;
 use crate::item::Item;
-use crate::session::{Steer, SteerDecision, SteerPoint};
+use crate::steer::{Steer, SteerDecision, SteerPoint};
 
 /// The slot of a layer that does not choose one.
 pub const DEFAULT_SLOT: i32 = 100;

@@ -87,7 +87,7 @@ impl<'a> LayerCtx<'a> {
         key: &str,
     ) -> Result<Option<T>> {
         let storage_key = self.state_key(scope, key);
-        let storage = self.context.harness().storage();
+        let storage = self.context.runtime().storage();
         match storage.get(&storage_key).await? {
             None => Ok(None),
             Some(bytes) => {
@@ -121,7 +121,7 @@ impl<'a> LayerCtx<'a> {
             key: storage_key.clone(),
             source: Box::new(source),
         })?;
-        let storage = self.context.harness().storage();
+        let storage = self.context.runtime().storage();
         storage.set(&storage_key, bytes).await
     }
 
@@ -134,7 +134,7 @@ impl<'a> LayerCtx<'a> {
     /// Dropping it before it resolves may or may not have removed the value.
     pub async fn state_delete(&self, scope: LayerScope, key: &str) -> Result<()> {
         let storage_key = self.state_key(scope, key);
-        let storage = self.context.harness().storage();
+        let storage = self.context.runtime().storage();
         storage.delete(&storage_key).await
     }
 }

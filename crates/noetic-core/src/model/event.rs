@@ -98,18 +98,7 @@ pub enum ReasoningKind {
     Summary,
 }
 
-/// The terminal status of a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ResponseStatus {
-    /// The response finished normally.
-    Completed,
-    /// The response stopped early (token limit, content filter).
-    Incomplete,
-    /// The response failed.
-    Failed,
-}
+pub use crate::error::ResponseStatus;
 
 /// The final snapshot carried by the terminal event.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -137,9 +137,7 @@ impl EventBus {
     }
 
     fn ring(&self) -> MutexGuard<'_, Ring> {
-        self.ring
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.ring)
     }
 
     pub(crate) fn publish(&self, event: StreamEvent) {

@@ -21,33 +21,17 @@ mod runner;
 mod steer;
 mod streams;
 
+pub use crate::steer::{DeliveryMode, Steer, SteerDecision, SteerPoint, default_decision};
 pub use api::{AbortOptions, ExecuteOptions, HarnessResponse, Input, Scope, SessionStatus};
 pub use bus::{
     DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES, Replay, UNWATCHED_EVENT_BYTES,
 };
-pub use steer::{OnSteer, Steer, SteerDecision, SteerPoint, default_decision};
+pub use steer::OnSteer;
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
-pub(crate) use runner::Sessions;
+pub(crate) use runner::{Message, Sessions};
 pub(crate) use steer::{Applied, SteerInbox};
-
-use serde::{Deserialize, Serialize};
+pub(crate) use streams::{item_snapshots, text_chunks};
 
 /// The thread used when `ExecuteOptions::thread_id` is not set.
 pub const DEFAULT_THREAD: &str = "__default__";
-
-/// How a message meets a running turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum DeliveryMode {
-    /// Wait for the next turn (coalesced with other queued messages).
-    #[default]
-    NextTurn,
-    /// Join the running turn before its next model request.
-    BetweenRounds,
-    /// Join the running turn as soon as the model finishes its current output item.
-    NextItem,
-    /// Abort the running turn and start a new one with this message first.
-    Interrupt,
-}

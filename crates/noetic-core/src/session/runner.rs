@@ -11,14 +11,16 @@ use tokio::sync::watch;
 use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
-use super::steer::{Steer, SteerInbox};
+use super::steer::SteerInbox;
 use crate::context::{Context, ContextOptions, Transcript};
 use crate::event::{FrameworkEvent, StreamEvent};
-use crate::harness::AgentHarness;
 use crate::item::Item;
-use crate::step::{Origin, StepNode, execute};
+use crate::runtime::Runtime;
+use crate::steer::Steer;
+use crate::step::{Origin, StepNode};
 use crate::usage::Spend;
 use crate::{Error, Result};
+use tokio_util::task::TaskTracker;
 
 /// The output given to a function call that never ran because its turn ended.
 pub(crate) const ABORTED_CALL_OUTPUT: &str =
@@ -46,9 +48,7 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.map
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.map)
     }
 
     /// The session of `thread_id`, created when missing.
@@ -110,9 +110,7 @@ impl Session {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     fn bump(&self) {
@@ -129,10 +127,12 @@ impl Session {
         state.seeded || state.runner_active || state.running.is_some() || state.last.is_some()
     }
 
-    /// Queues a message (or hands a steer to the running turn) and makes sure a runner is going.
+    /// Queues a message (or hands a steer to the running turn) and makes sure a runner is going (on
+    /// `tasks`, running its turns on `runtime`).
     pub(crate) fn enqueue(
         self: &Arc<Self>,
-        harness: &AgentHarness,
+        runtime: &Arc<Runtime>,
+        tasks: &TaskTracker,
         graph: Arc<StepNode>,
         message: Message,
     ) {
@@ -157,7 +157,7 @@ impl Session {
         if !state.runner_active {
             state.runner_active = true;
             drop(state);
-            harness.spawn_session_task(run_session(self.clone(), harness.clone(), graph));
+            tasks.spawn(run_session(self.clone(), runtime.clone(), graph));
         }
     }
 
@@ -294,12 +294,12 @@ impl LastTurn {
 }
 
 /// The runner: one turn per batch of queued messages until the queue is empty.
-async fn run_session(session: Arc<Session>, harness: AgentHarness, graph: Arc<StepNode>) {
-    while run_turn(&session, &harness, &graph).await {}
+async fn run_session(session: Arc<Session>, runtime: Arc<Runtime>, graph: Arc<StepNode>) {
+    while run_turn(&session, &runtime, &graph).await {}
 }
 
 /// Runs one turn for every queued message; returns `false` (the runner stops) when none is queued.
-async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<StepNode>) -> bool {
+async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<StepNode>) -> bool {
     // The batch is taken and the turn marked running under one lock: a message sent meanwhile either
     // is in the batch or meets the running turn (a steer joins it, an interrupt aborts it), never a
     // turn that is about to start without it.
@@ -313,7 +313,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         }
         let turn_id = crate::id::new_id();
         let started = tokio::time::Instant::now();
-        let inbox = Arc::new(SteerInbox::new(harness.on_steer_hook(), Vec::new()));
+        let inbox = Arc::new(SteerInbox::new(runtime.on_steer_hook(), Vec::new()));
         let batch: Vec<Message> = state.queue.drain(..).collect();
         let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
         let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
@@ -334,7 +334,7 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         options.event_sink = Some(session.bus.clone());
         options.steers = Some(inbox.clone());
         options.transcript = Some(transcript.clone());
-        let ctx = harness.create_context(options);
+        let ctx = Context::new(runtime.clone(), options);
         state.running = Some(Running {
             turn_id: turn_id.clone(),
             ctx: ctx.clone(),
@@ -375,22 +375,11 @@ async fn run_turn(session: &Arc<Session>, harness: &AgentHarness, graph: &Arc<St
         .collect::<Vec<_>>()
         .join("\n\n");
 
-    // The same protocol as `AgentHarness::run`: connection needs checked before anything runs, and the
-    // turn's root channels closed for host handles when it ends.
-    let result = match crate::connection::check(harness, graph) {
-        Ok(()) => {
-            let _channels = crate::channel::RunGuard::enter(&ctx);
-            let result = match crate::layer::lifecycle::init(&ctx, &ctx.layers()).await {
-                Ok(()) => execute(graph, Value::String(text), Origin::Turn(inputs), &ctx).await,
-                Err(error) => Err(error),
-            };
-            // One context per turn: the turn's end closes it (its layers complete, children first).
-            let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
-            crate::layer::lifecycle::close(&ctx, outcome).await;
-            result
-        }
-        Err(error) => Err(error),
-    };
+    // The one run protocol (`exec`), then the turn's end closes its context (its layers complete,
+    // children first); nothing was initialized when the protocol failed before running.
+    let result = crate::exec::run(&ctx, graph, Value::String(text), Origin::Turn(inputs)).await;
+    let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
+    crate::layer::lifecycle::close(&ctx, outcome).await;
 
     let duration_ms = started.elapsed().as_millis() as u64;
     {

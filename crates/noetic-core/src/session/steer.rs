@@ -11,62 +11,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::{Deserialize, Serialize};
-
-use super::DeliveryMode;
 use crate::context::Context;
 use crate::event::FrameworkEvent;
 use crate::item::Item;
-
-/// Where a model call offers queued steers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum SteerPoint {
-    /// The stream finished an output item.
-    ItemDone,
-    /// A tool call is about to run.
-    BeforeToolCall,
-    /// A model request (after the turn's first) is about to be sent.
-    BeforeRound,
-}
-
-/// A steering message waiting to join the running turn.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Steer {
-    /// The message's id.
-    pub message_id: String,
-    /// How it was delivered (`between-rounds` or `next-item`).
-    pub mode: DeliveryMode,
-    /// Its items (role and content parts as sent).
-    pub items: Vec<Item>,
-}
-
-/// What to do with a steer at a point.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum SteerDecision {
-    /// Apply it now (at `item_done` or `before_tool_call` this ends the round).
-    Apply,
-    /// Offer it again at the next point (and, at turn end, start the next turn with it).
-    Hold,
-    /// Apply these items instead.
-    Rewrite(Vec<Item>),
-    /// Discard it (emits `steer_dropped`).
-    Drop,
-}
-
-/// The decision the defaults make.
-pub fn default_decision(mode: DeliveryMode, point: SteerPoint) -> SteerDecision {
-    match (mode, point) {
-        (DeliveryMode::NextItem, SteerPoint::ItemDone | SteerPoint::BeforeRound) => {
-            SteerDecision::Apply
-        }
-        (DeliveryMode::BetweenRounds, SteerPoint::BeforeRound) => SteerDecision::Apply,
-        _ => SteerDecision::Hold,
-    }
-}
+use crate::steer::{Steer, SteerDecision, SteerPoint, default_decision};
 
 /// A hook deciding what happens to a steer; `None` leaves the decision to the next hook, then to the
 /// defaults.
@@ -108,9 +56,7 @@ impl SteerInbox {
     }
 
     fn pending(&self) -> MutexGuard<'_, VecDeque<Steer>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.pending)
     }
 
     pub(crate) fn push(&self, steer: Steer) {

@@ -36,7 +36,7 @@ pub(crate) fn execute<'a>(
         }
         ctx.check_aborted()?;
         ctx.count_step();
-        let hooks = ctx.harness().hooks();
+        let hooks = ctx.runtime().hooks();
         if let Some(before) = &hooks.before_step {
             before(super::StepRef { node: node.clone() }, ctx.clone()).await;
         }

@@ -43,7 +43,7 @@ pub(crate) use interpreter::execute;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use crate::connection::Need;
@@ -143,32 +143,7 @@ impl std::fmt::Debug for StepRef {
     }
 }
 
-/// The kind of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum StepKind {
-    /// [`run_code`].
-    RunCode,
-    /// [`call_model`].
-    CallModel,
-    /// [`invoke_tool`].
-    InvokeTool,
-    /// [`conditional`].
-    Conditional,
-    /// [`in_parallel`].
-    InParallel,
-    /// [`spawn`].
-    Spawn,
-    /// [`with_context`].
-    WithContext,
-    /// [`loop_step`].
-    Loop,
-    /// [`sequence`].
-    Sequence,
-    /// [`schedule`].
-    Schedule,
-}
+pub use crate::step_kind::StepKind;
 
 /// Where a step's input came from. It decides what a `call_model` does with a string input — only a
 /// root input becomes a user message in the log: nothing else invents user messages — and what a

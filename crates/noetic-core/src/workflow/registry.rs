@@ -168,6 +168,16 @@ impl WorkflowRegistry {
         self.documents.get(name).map(|document| &**document)
     }
 
+    /// Hydrates `document` with this registry's options; `extra_tools` (a runtime's own) resolve
+    /// names the registry lacks.
+    pub(crate) fn hydrate_with_tools(
+        &self,
+        document: &WorkflowDocument,
+        extra_tools: &[Tool],
+    ) -> crate::Result<super::WorkflowStep> {
+        super::hydrate::hydrate(document, self, &self.options, extra_tools)
+    }
+
     pub(crate) fn code_factory(&self, name: &str) -> Option<&Arc<CodeFactory>> {
         self.code.get(name)
     }

@@ -172,7 +172,7 @@ async fn a_nested_run_on_the_root_does_not_close_early() {
                     Ok::<_, Never>(())
                 })
                 .build();
-                ctx.harness().run(&inner, (), &ctx).await?;
+                ctx.run(&inner, ()).await?;
                 // Still inside the outer run: the handle stays open and accepts sends.
                 let open_after_inner = !handle.is_closed();
                 handle.send(7)?;

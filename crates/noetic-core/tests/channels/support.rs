@@ -24,7 +24,7 @@ pub(crate) fn root(harness: &AgentHarness) -> Context {
 /// A child context of `parent`.
 pub(crate) fn child(parent: &Context) -> Context {
     parent
-        .harness()
+        .runtime()
         .create_context(ContextOptions::new().parent(parent))
 }
 

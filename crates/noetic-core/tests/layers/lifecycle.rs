@@ -61,7 +61,7 @@ async fn nested_runs_init_and_complete_once() {
             Ok::<_, Infallible>(n + 1)
         })
         .build();
-        ctx.harness().run(&inner, n, &ctx).await
+        ctx.run(&inner, n).await
     })
     .build();
     let ctx = harness.create_context(ContextOptions::new());

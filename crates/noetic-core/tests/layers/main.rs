@@ -7,6 +7,7 @@ mod budget;
 mod builtin;
 mod gates;
 mod lifecycle;
+mod protocol;
 mod recall;
 mod state;
 mod storage;

@@ -16,10 +16,7 @@ use crate::support::{
 };
 
 fn abort_options(reason: &str) -> AbortOptions {
-    AbortOptions {
-        reason: Some(reason.to_owned()),
-        ..AbortOptions::default()
-    }
+    AbortOptions::new().reason(reason)
 }
 
 fn tokens(input: u64, output: u64) -> Spend {

@@ -138,10 +138,9 @@ async fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
                 sent[thread].push((id, mode));
             }
             Op::Abort { thread } => {
-                let options = AbortOptions {
-                    thread_id: Some(THREADS[thread].to_owned()),
-                    reason: Some("test".to_owned()),
-                };
+                let options = AbortOptions::new()
+                    .thread_id(THREADS[thread])
+                    .reason("test");
                 guarded("abort", harness.abort(options)).await;
             }
             Op::Progress { yields } => {

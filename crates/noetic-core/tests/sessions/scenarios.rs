@@ -343,10 +343,7 @@ async fn scenario_12_abort_of_a_step_blocked_in_recv_cancels_the_turn() {
     guarded("the step to start", started.recv()).await;
     guarded(
         "abort to resolve",
-        harness.abort(AbortOptions {
-            reason: Some("user stop".into()),
-            ..AbortOptions::default()
-        }),
+        harness.abort(AbortOptions::new().reason("user stop")),
     )
     .await;
     let aborts = turn_aborts(&events.turn().await);

@@ -216,7 +216,11 @@ async fn concurrency_limits_paths_in_flight() {
 #[tokio::test]
 async fn race_first_success_wins_with_its_state_and_losers_are_aborted() {
     let harness = harness();
-    let ctx = harness.create_context(ContextOptions::new().state(json!({"x": 0, "kept": true})));
+    let ctx = harness.create_context(
+        ContextOptions::new()
+            .state(json!({"x": 0, "kept": true}))
+            .unwrap(),
+    );
     let loser_started = Arc::new(Notify::new());
     let loser_ctx = slot::<Context>();
     let aborted_when_dropped = Arc::new(AtomicBool::new(false));
@@ -373,7 +377,7 @@ async fn settle_reports_every_outcome_in_path_order() {
 #[tokio::test]
 async fn paths_get_a_copy_of_the_state_and_never_see_each_others_writes() {
     let harness = harness();
-    let ctx = harness.create_context(ContextOptions::new().state(json!({"n": 0})));
+    let ctx = harness.create_context(ContextOptions::new().state(json!({"n": 0})).unwrap());
     let a_wrote = Arc::new(Notify::new());
     let writes_a = {
         let a_wrote = a_wrote.clone();

@@ -31,6 +31,7 @@ async fn child_runs_one_level_deeper_with_a_fresh_id_empty_log_and_state_copy() 
         ContextOptions::new()
             .thread_id("thread-1")
             .state(json!({"k": 1}))
+            .expect("a JSON value serializes")
             .items(vec![
                 Item::user_text("earlier"),
                 Item::assistant_text("reply"),

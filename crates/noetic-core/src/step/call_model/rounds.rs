@@ -23,7 +23,8 @@ use crate::layer::{
     by_slot, estimate_tokens, fit_history, fit_items, gate_response, project_history,
 };
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
-use crate::session::{Applied, SteerPoint};
+use crate::session::Applied;
+use crate::steer::SteerPoint;
 use crate::step::Origin;
 use crate::usage::Spend;
 use crate::{Error, Result};
@@ -50,9 +51,9 @@ pub(crate) async fn execute(
             step_id: step_id.to_owned(),
         });
     }
-    let harness = ctx.harness();
+    let runtime = ctx.runtime();
     let (provider_name, provider) =
-        harness.resolve_provider(spec.provider.as_deref(), &spec.model)?;
+        runtime.resolve_provider(spec.provider.as_deref(), &spec.model)?;
 
     // Where the step's new items start, for the layers' `store` (its input message included).
     let step_start = ctx.item_count();
@@ -69,13 +70,13 @@ pub(crate) async fn execute(
     )
     .await;
     let mut guides = 0u32;
-    let tools = ToolSet::new(&spec.tools, harness.tools());
+    let tools = ToolSet::new(&spec.tools, runtime.tools());
     let emit = &spec.emit;
     let env = RoundEnv {
         provider: &*provider,
         provider_name: &provider_name,
         ctx,
-        idle_timeout: spec.idle_timeout.unwrap_or_else(|| harness.idle_timeout()),
+        idle_timeout: spec.idle_timeout.unwrap_or_else(|| runtime.idle_timeout()),
         emit,
     };
 

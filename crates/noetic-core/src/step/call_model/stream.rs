@@ -13,7 +13,8 @@ use crate::item::Item;
 use crate::model::{
     ModelProvider, ModelRequest, ModelResponse, ResponseAccumulator, ResponseEvent,
 };
-use crate::session::{Applied, SteerPoint};
+use crate::session::Applied;
+use crate::steer::SteerPoint;
 use crate::{Error, Result};
 
 /// What a round needs besides the request.

@@ -13,7 +13,8 @@ use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::{LayerDecision, ToolCallView, gate_tool_call};
 use crate::model::ToolSpec;
-use crate::session::{Applied, SteerPoint};
+use crate::session::Applied;
+use crate::steer::SteerPoint;
 use crate::tool::{Tool, ToolContext, output_text};
 
 /// The tools of one step: what is offered, and how wire names map back.

@@ -6,7 +6,7 @@
 //! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -15,11 +15,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::RootChannels;
+
+mod channels;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
-use crate::harness::AgentHarness;
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::lifecycle::LayerLife;
 use crate::layer::{ContextLayer, LayerCtx, LayerUsage};
+use crate::runtime::Runtime;
 use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
@@ -27,7 +29,7 @@ use crate::{Error, Result};
 /// The deepest a context may be nested before steps refuse to run.
 pub const MAX_DEPTH: u32 = 64;
 
-/// Options for [`AgentHarness::create_context`].
+/// Options for [`Context::new`] (and `create_context` of a runtime or harness).
 #[derive(Default, Clone)]
 #[non_exhaustive]
 pub struct ContextOptions {
@@ -39,7 +41,7 @@ pub struct ContextOptions {
     pub resource_id: Option<String>,
     /// A parent: the new context is its child (depth + 1, joins its cancellation).
     pub parent: Option<Context>,
-    /// Context layers (default: the harness's).
+    /// Context layers (default: the parent's, else the runtime's).
     pub layers: Option<Vec<Arc<dyn ContextLayer>>>,
     /// Initial item log.
     pub items: Vec<Item>,
@@ -59,9 +61,17 @@ impl ContextOptions {
     }
 
     /// Sets the initial state.
-    pub fn state(mut self, state: impl Serialize) -> Self {
-        self.state = serde_json::to_value(state).ok();
-        self
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (argument `state`) when `state` does not serialize to JSON; nothing
+    /// is silently replaced by `{}`.
+    pub fn state(mut self, state: impl Serialize) -> Result<Self> {
+        let state = serde_json::to_value(state).map_err(|source| Error::InvalidArgument {
+            argument: "state",
+            message: format!("the initial state does not serialize: {source}"),
+        })?;
+        self.state = Some(state);
+        Ok(self)
     }
 
     /// Sets the thread id.
@@ -141,7 +151,7 @@ struct ContextInner {
     id: String,
     parent: Option<Context>,
     depth: u32,
-    harness: AgentHarness,
+    runtime: Arc<Runtime>,
     thread_id: Option<String>,
     resource_id: Option<String>,
     state: Mutex<Value>,
@@ -228,6 +238,19 @@ impl TranscriptRef {
     }
 }
 
+/// What a new context is made of, before its parent's part is filled in.
+struct Fields {
+    runtime: Arc<Runtime>,
+    thread_id: Option<String>,
+    resource_id: Option<String>,
+    state: Value,
+    items: Vec<Item>,
+    sink: Option<Arc<dyn EventSink>>,
+    layers: Option<Arc<[Arc<dyn ContextLayer>]>>,
+    steers: Option<Arc<SteerInbox>>,
+    transcript: Option<TranscriptRef>,
+}
+
 /// What a child context inherits or replaces; used by spawn and parallel paths.
 pub(crate) struct ChildSpec {
     pub(crate) items: Vec<Item>,
@@ -236,16 +259,12 @@ pub(crate) struct ChildSpec {
     pub(crate) forward_steers: bool,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks cannot leave the data half-written (every critical
-    // section is a single assignment or push), so a poisoned lock is still safe to use.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::sync::lock;
 
 impl Context {
-    pub(crate) fn new(harness: AgentHarness, options: ContextOptions) -> Self {
+    /// A new root context running on `runtime` (or a child, with `options.parent`: depth + 1, joins
+    /// its cancellation, inherits its thread, resource, sink and layers unless `options` sets them).
+    pub fn new(runtime: Arc<Runtime>, options: ContextOptions) -> Self {
         let ContextOptions {
             state,
             thread_id,
@@ -264,81 +283,149 @@ impl Context {
                 .and_then(|parent| parent.inner.transcript.as_ref())
                 .map(TranscriptRef::member),
         };
-        let (depth, cancel, sink, inherited_layers) = match &parent {
-            Some(parent) => (
-                parent.depth() + 1,
-                parent.inner.cancel.child_token(),
-                event_sink.or_else(|| parent.inner.sink.clone()),
-                Some(parent.layers()),
-            ),
-            None => (0, CancellationToken::new(), event_sink, None),
-        };
-        let layers = match layers {
-            Some(layers) => layers.into(),
-            None => inherited_layers.unwrap_or_else(|| harness.layers()),
-        };
-        Context {
-            inner: Arc::new(ContextInner {
-                id: crate::id::new_id(),
-                thread_id: thread_id
-                    .or_else(|| parent.as_ref().and_then(|p| p.inner.thread_id.clone())),
-                resource_id: resource_id
-                    .or_else(|| parent.as_ref().and_then(|p| p.inner.resource_id.clone())),
-                parent,
-                depth,
-                harness,
-                state: Mutex::new(state.unwrap_or_else(|| Value::Object(Default::default()))),
-                spend: Mutex::new(Spend::default()),
-                step_count: AtomicU64::new(0),
-                items: Mutex::new(items),
-                last_step_meta: Mutex::new(None),
-                cancel,
-                abort_reason: OnceLock::new(),
-                sink,
-                has_layers: AtomicBool::new(!layers.is_empty()),
-                layers: Mutex::new(layers),
-                layer_life: LayerLife::default(),
+        let layers: Option<Arc<[Arc<dyn ContextLayer>]>> = layers.map(Into::into);
+        let state = state.unwrap_or_else(|| Value::Object(Default::default()));
+        match parent {
+            Some(parent) => parent.make_child(Fields {
+                runtime,
+                thread_id,
+                resource_id,
+                state,
+                items,
+                sink: event_sink,
+                layers,
                 steers,
-                started: Instant::now(),
-                channels: RootChannels::default(),
                 transcript,
             }),
+            None => Context::make(
+                Fields {
+                    layers: Some(layers.unwrap_or_else(|| runtime.layers())),
+                    runtime,
+                    thread_id,
+                    resource_id,
+                    state,
+                    items,
+                    sink: event_sink,
+                    steers,
+                    transcript,
+                },
+                None,
+                0,
+                CancellationToken::new(),
+            ),
         }
     }
 
     /// A child for spawn or a parallel path: fresh id, depth + 1, a copy of the state, the given items.
     pub(crate) fn child(&self, spec: ChildSpec) -> Context {
         let inner = &self.inner;
-        let layers = spec.layers.unwrap_or_else(|| self.layers());
+        self.make_child(Fields {
+            runtime: inner.runtime.clone(),
+            thread_id: None,
+            resource_id: None,
+            state: self.state(),
+            items: spec.items,
+            sink: None,
+            layers: spec.layers,
+            steers: if spec.forward_steers {
+                inner.steers.clone()
+            } else {
+                None
+            },
+            transcript: inner.transcript.as_ref().map(TranscriptRef::member),
+        })
+    }
+
+    /// A child of `self` with `fields`; what they leave unset (thread, resource, sink, layers) is the
+    /// parent's.
+    fn make_child(&self, mut fields: Fields) -> Context {
+        let inner = &self.inner;
+        fields.thread_id = fields.thread_id.or_else(|| inner.thread_id.clone());
+        fields.resource_id = fields.resource_id.or_else(|| inner.resource_id.clone());
+        fields.sink = fields.sink.or_else(|| inner.sink.clone());
+        fields.layers = Some(fields.layers.unwrap_or_else(|| self.layers()));
+        Context::make(
+            fields,
+            Some(self.clone()),
+            inner.depth + 1,
+            inner.cancel.child_token(),
+        )
+    }
+
+    /// The one constructor body of roots and children.
+    fn make(
+        fields: Fields,
+        parent: Option<Context>,
+        depth: u32,
+        cancel: CancellationToken,
+    ) -> Self {
+        let layers = fields.layers.unwrap_or_else(|| Arc::from(Vec::new()));
         Context {
             inner: Arc::new(ContextInner {
                 id: crate::id::new_id(),
-                parent: Some(self.clone()),
-                depth: inner.depth + 1,
-                harness: inner.harness.clone(),
-                thread_id: inner.thread_id.clone(),
-                resource_id: inner.resource_id.clone(),
-                state: Mutex::new(self.state()),
+                parent,
+                depth,
+                runtime: fields.runtime,
+                thread_id: fields.thread_id,
+                resource_id: fields.resource_id,
+                state: Mutex::new(fields.state),
                 spend: Mutex::new(Spend::default()),
                 step_count: AtomicU64::new(0),
-                items: Mutex::new(spec.items),
+                items: Mutex::new(fields.items),
                 last_step_meta: Mutex::new(None),
-                cancel: inner.cancel.child_token(),
+                cancel,
                 abort_reason: OnceLock::new(),
-                sink: inner.sink.clone(),
+                sink: fields.sink,
                 has_layers: AtomicBool::new(!layers.is_empty()),
                 layers: Mutex::new(layers),
                 layer_life: LayerLife::default(),
-                steers: if spec.forward_steers {
-                    inner.steers.clone()
-                } else {
-                    None
-                },
+                steers: fields.steers,
                 started: Instant::now(),
                 channels: RootChannels::default(),
-                transcript: inner.transcript.as_ref().map(TranscriptRef::member),
+                transcript: fields.transcript,
             }),
         }
+    }
+
+    /// Runs a step tree on this context and returns its output, by the one run protocol (see
+    /// [`crate::AgentHarness::run`], which is this): connection needs checked, the channel run entered,
+    /// layers initialized once per context, the tree executed and its outcome recorded for
+    /// [`Context::close`]. A step that runs a sub-step on its own context calls this.
+    ///
+    /// # Errors
+    /// The step's error; [`Error::InvalidStep`] or [`Error::MissingModel`] before anything runs when the
+    /// tree is malformed; [`Error::ConnectionUnsatisfied`] before anything runs when a step needs an
+    /// operation no registered connection supports.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the tree at its current await point; spend already charged stays on the
+    /// context, and the run's outcome is not recorded. Abort the context instead to let steps observe
+    /// `CANCELLED`.
+    pub async fn run<I: Serialize, O: DeserializeOwned>(
+        &self,
+        step: &crate::step::Step<I, O>,
+        input: I,
+    ) -> Result<O> {
+        step.validate()?;
+        let input = crate::step::encode(step.id(), "input", input)?;
+        let output = crate::exec::run(self, &step.node, input, crate::step::Origin::Root).await?;
+        crate::step::decode(step.id(), "output", output)
+    }
+
+    /// Ends this context's execution: its layers get `on_complete` and then `dispose` — first those of
+    /// its descendants that are still open (children made by hand with `ContextOptions::parent`; `spawn`
+    /// and parallel paths close their own), then its own, in reverse slot order.
+    ///
+    /// The outcome is `Aborted` when the context was aborted, else that of the last [`Context::run`] on
+    /// it (`Success` when none finished). Closing a closed context does nothing; a later run on it
+    /// initializes its layers again (a new execution). Close a context once its runs have ended.
+    ///
+    /// # Cancel safety
+    /// Dropping the future mid-way leaves the hooks not yet called uncalled; the context counts as
+    /// closed.
+    pub async fn close(&self) {
+        let outcome = crate::layer::lifecycle::closing_outcome(self);
+        crate::layer::lifecycle::close(self, outcome).await;
     }
 
     /// This context's unique id (the execution id of a root).
@@ -380,9 +467,9 @@ impl Context {
         self.inner.depth
     }
 
-    /// The harness that created this context.
-    pub fn harness(&self) -> &AgentHarness {
-        &self.inner.harness
+    /// The runtime (configuration) this context runs with.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.inner.runtime
     }
 
     /// The session thread, when set.
@@ -645,7 +732,7 @@ impl Drop for ContextInner {
             tracing::warn!(
                 context = %self.id,
                 layers = open,
-                "context dropped without AgentHarness::close_context: its layers' on_complete and dispose never ran"
+                "context dropped without Context::close: its layers' on_complete and dispose never ran"
             );
         }
     }

@@ -1,0 +1,61 @@
+//! The one run protocol every run goes through — [`Context::run`] (and so `AgentHarness::run` and
+//! `parse_and_run_workflow`), a session turn, and a step running a sub-step on its own context:
+//!
+//! 1. the steps' declared connection needs are checked against the runtime's connections (nothing runs
+//!    when one is unmet);
+//! 2. the run enters the root's channel [`RunGuard`](crate::channel::RunGuard) (the outermost run on a
+//!    root closes external channel handles when it ends);
+//! 3. the context's layers not initialized on it yet get `init` (once per context);
+//! 4. the tree executes;
+//! 5. the outcome is recorded for the context's close.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::Error;
+use crate::Result;
+use crate::context::Context;
+use crate::runtime::Runtime;
+use crate::step::{Origin, StepNode, execute};
+
+/// Runs `node` on `ctx` with `input` by the protocol above.
+///
+/// # Cancel safety
+/// Dropping the future stops the tree at its current await point; the outcome is then not recorded.
+pub(crate) async fn run(
+    ctx: &Context,
+    node: &Arc<StepNode>,
+    input: Value,
+    origin: Origin,
+) -> Result<Value> {
+    check_connections(ctx.runtime(), node)?;
+    let _channels =
+        crate::channel::RunGuard::enter(ctx.parent().is_none().then(|| ctx.root_channels()));
+    let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
+        Ok(()) => execute(node, input, origin, ctx).await,
+        Err(error) => Err(error),
+    };
+    crate::layer::lifecycle::finished(ctx, &result);
+    result
+}
+
+/// Checks every need declared in `node`'s tree against `runtime`'s connections.
+///
+/// # Errors
+/// [`Error::ConnectionUnsatisfied`] for the first need (depth first, in tree order) that no connection
+/// meets: `registered: false` when no connection has the name, `true` when it lacks the operation.
+fn check_connections(runtime: &Runtime, node: &StepNode) -> Result<()> {
+    node.try_for_each_need(&mut |need| {
+        let registered = match runtime.connection(&need.connection) {
+            Some(connection) if connection.supports(&need.operation) => return Ok(()),
+            Some(_) => true,
+            None => false,
+        };
+        Err(Error::ConnectionUnsatisfied {
+            connection: need.connection.clone(),
+            operation: need.operation.clone(),
+            registered,
+        })
+    })
+}

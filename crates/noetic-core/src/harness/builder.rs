@@ -1,0 +1,174 @@
+//! Building an [`AgentHarness`]: a [`RuntimeBuilder`] plus the harness's own parts.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+
+use super::{AgentHarness, GraphTypes, HarnessInner};
+use crate::Result;
+use crate::adapter::StorageAdapter;
+use crate::connection::Connection;
+use crate::context::Context;
+use crate::layer::ContextLayer;
+use crate::model::ModelProvider;
+use crate::runtime::{AgentHooks, CallModelDefaults, Runtime, RuntimeBuilder};
+use crate::session::Sessions;
+use crate::steer::{DeliveryMode, Steer, SteerDecision, SteerPoint};
+use crate::step::{Step, StepNode};
+use crate::tool::Tool;
+use crate::workflow::WorkflowRegistry;
+
+/// Builds an [`AgentHarness`]; see [`AgentHarness::builder`].
+#[must_use = "call .build() to get the harness"]
+pub struct AgentHarnessBuilder {
+    runtime: RuntimeBuilder,
+    agent_graph: Option<(Arc<StepNode>, GraphTypes)>,
+    default_delivery_mode: DeliveryMode,
+    workflow_registry: WorkflowRegistry,
+}
+
+impl AgentHarness {
+    /// Starts building a harness called `name` (the prefix of its framework events).
+    ///
+    /// # Examples
+    /// ```
+    /// use noetic_core::{AgentHarness, ContextOptions, run_code, Context};
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let harness = AgentHarness::builder("calc").build()?;
+    /// let double = run_code("double", |n: i64, _: Context| async move { Ok::<_, std::convert::Infallible>(n * 2) }).build();
+    /// let ctx = harness.create_context(ContextOptions::default());
+    /// assert_eq!(harness.run(&double, 21, &ctx).await?, 42);
+    /// # Ok::<(), noetic_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn builder(name: impl Into<String>) -> AgentHarnessBuilder {
+        AgentHarnessBuilder {
+            runtime: Runtime::builder(name),
+            agent_graph: None,
+            default_delivery_mode: DeliveryMode::NextTurn,
+            workflow_registry: WorkflowRegistry::default(),
+        }
+    }
+}
+
+impl AgentHarnessBuilder {
+    /// The agent graph that `execute()` runs. Its input and output types are recorded for
+    /// [`AgentHarness::agent_graph`].
+    pub fn agent_graph<I: 'static, O: 'static>(mut self, step: impl Into<Step<I, O>>) -> Self {
+        self.agent_graph = Some((step.into().node, GraphTypes::of::<I, O>()));
+        self
+    }
+
+    /// Typed params, readable by steps and tools through `ctx.runtime().params::<P>()`.
+    pub fn params<P: Any + Send + Sync>(mut self, params: P) -> Self {
+        self.runtime = self.runtime.params(params);
+        self
+    }
+
+    /// Registers a model provider under `name`.
+    pub fn provider(mut self, name: impl Into<String>, provider: impl ModelProvider) -> Self {
+        self.runtime = self.runtime.provider(name, provider);
+        self
+    }
+
+    /// Defaults for every `call_model`.
+    pub fn call_model_defaults(mut self, defaults: CallModelDefaults) -> Self {
+        self.runtime = self.runtime.call_model_defaults(defaults);
+        self
+    }
+
+    /// The stream idle timeout of each model round (default 120 s).
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.runtime = self.runtime.idle_timeout(idle_timeout);
+        self
+    }
+
+    /// Hooks around every step.
+    pub fn hooks(mut self, hooks: AgentHooks) -> Self {
+        self.runtime = self.runtime.hooks(hooks);
+        self
+    }
+
+    /// A tool offered to every `call_model`.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.runtime = self.runtime.tool(tool);
+        self
+    }
+
+    /// The delivery mode of messages whose `ExecuteOptions` name none (default `next-turn`).
+    pub fn default_delivery_mode(mut self, mode: DeliveryMode) -> Self {
+        self.default_delivery_mode = mode;
+        self
+    }
+
+    /// A hook deciding what happens to each steering message at each steer point (before the context
+    /// layers' `on_steer`); `None` leaves the decision to them, then to the defaults.
+    pub fn on_steer(
+        mut self,
+        hook: impl Fn(&Steer, SteerPoint, &Context) -> Option<SteerDecision> + Send + Sync + 'static,
+    ) -> Self {
+        self.runtime = self.runtime.on_steer(hook);
+        self
+    }
+
+    /// Registers a connection; `run()` checks the steps' declared needs against the registered ones. A
+    /// later connection with the same name replaces an earlier one.
+    pub fn connection(mut self, connection: impl Connection) -> Self {
+        self.runtime = self.runtime.connection(connection);
+        self
+    }
+
+    /// The registry that [`AgentHarness::parse_and_run_workflow`] resolves names against (the
+    /// harness's own tools resolve names it lacks).
+    pub fn workflow_registry(mut self, registry: WorkflowRegistry) -> Self {
+        self.workflow_registry = registry;
+        self
+    }
+
+    /// Context layers of every context this harness creates.
+    pub fn context_layers(
+        mut self,
+        layers: impl IntoIterator<Item = Arc<dyn ContextLayer>>,
+    ) -> Self {
+        self.runtime = self.runtime.context_layers(layers);
+        self
+    }
+
+    /// The storage adapter for layer state (default: a fresh [`crate::InMemoryStorage`]). Share one
+    /// `Arc<InMemoryStorage>` between harnesses to share their state.
+    pub fn storage(mut self, storage: impl StorageAdapter) -> Self {
+        self.runtime = self.runtime.storage(storage);
+        self
+    }
+
+    /// Builds the harness.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidStep`] or [`crate::Error::MissingModel`] when the agent graph is
+    /// malformed.
+    pub fn build(self) -> Result<AgentHarness> {
+        if let Some((graph, _)) = &self.agent_graph {
+            graph.validate()?;
+        }
+        Ok(AgentHarness {
+            inner: Arc::new(HarnessInner {
+                runtime: self.runtime.build(),
+                agent_graph: self.agent_graph,
+                default_delivery_mode: self.default_delivery_mode,
+                workflow_registry: self.workflow_registry,
+                sessions: Sessions::default(),
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+}
+
+impl std::fmt::Debug for AgentHarnessBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHarnessBuilder")
+            .field("name", &self.runtime.name())
+            .finish_non_exhaustive()
+    }
+}

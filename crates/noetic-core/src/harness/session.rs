@@ -1,0 +1,244 @@
+//! The session surface of [`AgentHarness`]: `execute`, responses, status, usage, abort, history and
+//! streams, all scoped by thread.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use serde_json::Value;
+
+use super::AgentHarness;
+use crate::context::ContextOptions;
+use crate::event::StreamEvent;
+use crate::item::Item;
+use crate::layer::by_slot;
+use crate::model::{ReasoningKind, ResponseEvent};
+use crate::session::{
+    AbortOptions, DEFAULT_THREAD, ExecuteOptions, HarnessResponse, Input, ItemSnapshot, Message,
+    Replay, Scope, SessionChunk, SessionStatus, item_snapshots, text_chunks,
+};
+use crate::step::call_model::assemble_request;
+use crate::usage::Spend;
+use crate::{Error, Result};
+
+impl AgentHarness {
+    /// Queues `input` on the thread's session and returns once it is accepted — before the model
+    /// answers. Turns run one at a time per thread; see [`crate::session`] for delivery modes.
+    ///
+    /// # Errors
+    /// [`Error::NoStepConfigured`] when the harness has no agent graph; [`Error::InvalidArgument`]
+    /// (`input`) for empty text or an empty item list. Nothing is queued then.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the message is queued before the first await point (there is none).
+    pub async fn execute(&self, input: impl Into<Input>, options: ExecuteOptions) -> Result<()> {
+        let graph = self.agent_graph_node().ok_or(Error::NoStepConfigured)?;
+        let items = input.into().into_items();
+        if items.is_empty() {
+            return Err(Error::InvalidArgument {
+                argument: "input",
+                message:
+                    "it is empty: give text or at least one item (an empty message would start a \
+                          model turn with nothing new)"
+                        .to_owned(),
+            });
+        }
+        let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
+        let session = self.sessions().get_or_create(thread_id);
+        let message = Message {
+            id: options
+                .message_id
+                .unwrap_or_else(|| format!("msg-{}", crate::id::new_id())),
+            items,
+            mode: options
+                .delivery_mode
+                .unwrap_or_else(|| self.default_delivery_mode()),
+            resource_id: options.resource_id,
+        };
+        session.enqueue(self.runtime(), self.tasks(), graph, message);
+        Ok(())
+    }
+
+    /// Waits until the thread is idle with an empty queue, then returns the last turn's response.
+    /// Before any turn (a message accepted, or history seeded, but no turn ended yet) it waits for
+    /// the first one.
+    ///
+    /// # Errors
+    /// [`Error::TurnFailed`] (with the turn's own error and code) when the last turn failed;
+    /// [`Error::NotFound`] (`NOT_FOUND`, naming the thread) at once for a thread that never had a
+    /// message accepted nor its history seeded — it creates no session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn agent_response(&self, scope: Scope) -> Result<HarnessResponse> {
+        let thread_id = scope.thread_id();
+        let session = self
+            .sessions()
+            .get(thread_id)
+            .filter(|session| session.is_known())
+            .ok_or_else(|| Error::NotFound {
+                kind: "thread",
+                id: thread_id.to_owned(),
+                hint: "no message was accepted on it and no history was seeded",
+            })?;
+        session.response().await
+    }
+
+    /// What the thread is doing: `Queued` from the moment a message is accepted until its turn
+    /// starts, `Running` while a turn runs, `Idle` when nothing runs or waits (also for a thread never
+    /// used).
+    pub fn status(&self, scope: Scope) -> SessionStatus {
+        self.sessions()
+            .get(scope.thread_id())
+            .map_or(SessionStatus::Idle, |session| session.status())
+    }
+
+    /// Tokens and cost of every turn of the thread so far, failed ones included.
+    pub fn usage(&self, scope: Scope) -> Spend {
+        self.sessions()
+            .get(scope.thread_id())
+            .map(|session| session.spend())
+            .unwrap_or_default()
+    }
+
+    /// Messages waiting for the thread's next turn.
+    pub fn queue_len(&self, scope: Scope) -> usize {
+        self.sessions()
+            .get(scope.thread_id())
+            .map_or(0, |session| session.queue_len())
+    }
+
+    /// The thread's conversation history (empty for a thread never used).
+    pub fn session_history(&self, scope: Scope) -> Vec<Item> {
+        self.sessions()
+            .get(scope.thread_id())
+            .map(|session| session.history())
+            .unwrap_or_default()
+    }
+
+    /// What the model would see as the input of the thread's next request: the thread's history
+    /// (without its system items, which become instructions) shaped by the harness's layers'
+    /// `project_history`, with their `recall` placed around it — the same assembly a `call_model`
+    /// step does, on a fresh context of the thread.
+    ///
+    /// A preview, not a turn: layers are not `init`ed and nothing is stored; queued messages, the
+    /// step's own instructions and any `token_budget` are not applied; the recall query is the
+    /// newest user message's text. A layer failing to recall is skipped, as in a request.
+    ///
+    /// # Cancel safety
+    /// Cancel safe as far as the harness goes (it writes nothing); a layer's `recall` may be cut short.
+    pub async fn preview_request_items(&self, scope: Scope) -> Vec<Item> {
+        let options = ContextOptions::new()
+            .thread_id(scope.thread_id())
+            .items(self.session_history(scope));
+        let ctx = self.create_context(options);
+        let layers = by_slot(&ctx.layers());
+        let (_, conversation, _) =
+            assemble_request(&ctx, &layers, None, &Value::String(String::new()), None).await;
+        conversation
+    }
+
+    /// Aborts the thread's running turn and waits until it has ended (`CANCELLED`, with `reason`).
+    /// Messages queued behind it still run.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the abort is requested before the first await point.
+    pub async fn abort(&self, options: AbortOptions) {
+        let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
+        if let Some(session) = self.sessions().get(thread_id) {
+            session.abort(options.reason).await;
+        }
+    }
+
+    /// Replaces the thread's history before its next turn (e.g. items read back from disk).
+    pub fn seed_session_history(&self, thread_id: &str, items: Vec<Item>) {
+        self.sessions().get_or_create(thread_id).seed_history(items);
+    }
+
+    /// Every event of the thread's turns: provider events, framework events, and `Lagged { skipped }`
+    /// when this subscriber fell behind. Starts with a replay of what the session keeps
+    /// ([`Replay::Retained`]): subscribe before the first `execute` to see everything; a later
+    /// subscriber first gets the compacted past (the framework events of ended turns, a `Lagged`
+    /// standing for their dropped provider events) and the running turn so far. The stream never ends
+    /// by itself. See [`AgentHarness::events_with`] to start elsewhere.
+    pub fn events(&self, scope: Scope) -> BoxStream<'static, Arc<StreamEvent>> {
+        self.events_with(scope, Replay::Retained)
+    }
+
+    /// The thread's events, starting where `replay` says: with what the session keeps
+    /// ([`Replay::Retained`]), with the running turn from its start ([`Replay::CurrentTurn`]), or with
+    /// the next event published ([`Replay::None`]).
+    pub fn events_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, Arc<StreamEvent>> {
+        self.sessions()
+            .get_or_create(scope.thread_id())
+            .subscribe(replay)
+            .into_stream()
+            .boxed()
+    }
+
+    /// The text deltas of the thread's model calls, from now on ([`Replay::None`]): each turn as
+    /// [`SessionChunk::TurnStarted`], its deltas as [`SessionChunk::Data`], then
+    /// [`SessionChunk::TurnEnded`]; [`SessionChunk::Lagged`] where this subscriber fell behind.
+    /// Subscribe before `execute` to see the whole turn, or use [`AgentHarness::text_stream_with`]
+    /// with [`Replay::CurrentTurn`] to join a running one from its start.
+    pub fn text_stream(&self, scope: Scope) -> BoxStream<'static, SessionChunk<String>> {
+        self.text_stream_with(scope, Replay::None)
+    }
+
+    /// [`AgentHarness::text_stream`], starting where `replay` says.
+    pub fn text_stream_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, SessionChunk<String>> {
+        text_chunks(self.events_with(scope, replay), |event| match event {
+            ResponseEvent::OutputTextDelta { delta, .. } => Some(delta),
+            _ => None,
+        })
+        .boxed()
+    }
+
+    /// The reasoning deltas (raw reasoning text and summaries) of the thread's model calls, from now
+    /// on, in the chunks of [`AgentHarness::text_stream`].
+    pub fn reasoning_stream(&self, scope: Scope) -> BoxStream<'static, SessionChunk<String>> {
+        self.reasoning_stream_with(scope, Replay::None)
+    }
+
+    /// [`AgentHarness::reasoning_stream`], starting where `replay` says.
+    pub fn reasoning_stream_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, SessionChunk<String>> {
+        text_chunks(self.events_with(scope, replay), |event| match event {
+            ResponseEvent::ReasoningDelta {
+                kind: ReasoningKind::Text | ReasoningKind::Summary,
+                delta,
+                ..
+            } => Some(delta),
+            _ => None,
+        })
+        .boxed()
+    }
+
+    /// Item snapshots of the thread, from now on, in the chunks of [`AgentHarness::text_stream`]:
+    /// inputs and tool outputs complete, model output items as they stream (incomplete, then
+    /// complete). Replace snapshots by [`ItemSnapshot::key`]. After a `Lagged`, an item that was
+    /// streaming is next shown complete.
+    pub fn item_stream(&self, scope: Scope) -> BoxStream<'static, SessionChunk<ItemSnapshot>> {
+        self.item_stream_with(scope, Replay::None)
+    }
+
+    /// [`AgentHarness::item_stream`], starting where `replay` says.
+    pub fn item_stream_with(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, SessionChunk<ItemSnapshot>> {
+        item_snapshots(self.events_with(scope, replay)).boxed()
+    }
+}
