@@ -132,7 +132,7 @@ async fn scale() {
         peak as f64 / 1024.0 / 1024.0
     );
     println!(
-        "| memory per live turn (all {THREADS} parked in their model call) | {} KiB | | ≤ 72 KiB (≤ 2× the bare client) beyond its history |",
+        "| memory per live turn (all {THREADS} parked in their model call) | {} KiB | | ≤ 1.3× the bare client (about 48 KiB; over HTTP see the react2 bench) beyond its history |",
         kib(per_live)
     );
     println!(
