@@ -74,7 +74,18 @@ fn run(args: &[String]) -> Result {
 /// xtask always runs from source (`cargo run`), so the compile-time manifest path is reliable and,
 /// unlike the current directory, does not depend on where the user typed the command.
 pub(crate) fn workspace_root() -> &'static Path {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // Cargo always passes an absolute path, so a parent exists; the fallback is never taken.
-    manifest_dir.parent().unwrap_or(manifest_dir)
+    static ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        // Read at run time: `cargo run`/`cargo test` set it for the process. The compile-time value can
+        // name another clone when a shared target directory reuses this binary (cargo does not rebuild
+        // a workspace member just because the workspace moved).
+        let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        // Cargo always passes an absolute path, so a parent exists; the fallback is never taken.
+        manifest_dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or(manifest_dir)
+    })
 }

@@ -109,7 +109,19 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "LEASE_LOST",
-        "*Reserved: nothing produces it yet.* Another harness took over this thread's session lease.",
+        "A lease this writer held (a thread's or an execution's) was taken over by another holder; the write was refused and the writer stops.",
+    ),
+    (
+        "LEASE_HELD",
+        "Another holder's lease on the thread or execution is live (the holder and expiry are named).",
+    ),
+    (
+        "STORAGE_BUSY",
+        "The database stayed locked by another writer past the store's busy timeout (the operation and key are named).",
+    ),
+    (
+        "STORAGE_READ_ONLY",
+        "The storage cannot be written: a read-only database file or directory (the operation and key are named).",
     ),
     (
         "INVALID_ARGUMENT",
@@ -361,13 +373,48 @@ pub enum Error {
         source: BoxError,
     },
 
-    /// The session lease was taken over.
-    #[error("lease on thread `{thread_id}` lost (epoch {epoch})")]
+    /// A lease this writer held was taken over: its write was refused and it must stop.
+    #[error("lease `{lease}` lost: another holder took it over (our epoch {epoch} is fenced)")]
     LeaseLost {
-        /// The thread.
-        thread_id: String,
+        /// The lease (`thread/{id}`, `execution/{id}`).
+        lease: String,
         /// Our epoch, now fenced.
         epoch: u64,
+    },
+
+    /// Another holder's lease is live.
+    #[error("lease `{lease}` is held by `{holder}` until {expires_at_ms} ms after the Unix epoch")]
+    LeaseHeld {
+        /// The lease (`thread/{id}`, `execution/{id}`).
+        lease: String,
+        /// Who holds it.
+        holder: String,
+        /// When it expires unless renewed (milliseconds since the Unix epoch).
+        expires_at_ms: u64,
+    },
+
+    /// The database is locked by another writer past the store's busy timeout.
+    #[error("storage busy in `{operation}` of `{key}`: {source}")]
+    StorageBusy {
+        /// The operation.
+        operation: &'static str,
+        /// The key, log or lease involved.
+        key: String,
+        /// The store's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The storage cannot be written (a read-only file or directory).
+    #[error("storage is read-only in `{operation}` of `{key}`: {source}")]
+    StorageReadOnly {
+        /// The operation.
+        operation: &'static str,
+        /// The key, log or lease involved.
+        key: String,
+        /// The store's error.
+        #[source]
+        source: BoxError,
     },
 
     /// An API was called with an invalid argument.
@@ -495,6 +542,9 @@ impl Error {
             Error::WorkflowInvalid { .. } => "WORKFLOW_INVALID",
             Error::Storage { .. } => "STORAGE_ERROR",
             Error::LeaseLost { .. } => "LEASE_LOST",
+            Error::LeaseHeld { .. } => "LEASE_HELD",
+            Error::StorageBusy { .. } => "STORAGE_BUSY",
+            Error::StorageReadOnly { .. } => "STORAGE_READ_ONLY",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::NotFound { .. } => "NOT_FOUND",
             Error::TurnFailed { source } => source.code(),

@@ -46,7 +46,10 @@ pub mod until;
 mod usage;
 pub mod workflow;
 
-pub use adapter::{InMemoryStorage, StorageAdapter, StorageOp};
+pub use adapter::{
+    Commit, DurableStore, InMemoryStorage, KvDurableStore, Lease, LeaseRequest, StorageAdapter,
+    StorageOp,
+};
 pub use channel::{Channel, ChannelHandle, ChannelMode, ChannelStream};
 pub use connection::{Connection, ConnectionSpec};
 pub use context::{Context, ContextOptions, MAX_DEPTH, StepMeta};

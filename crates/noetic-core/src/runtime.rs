@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use crate::adapter::{InMemoryStorage, StorageAdapter};
+use crate::adapter::{DurableStore, InMemoryStorage, StorageAdapter};
 use crate::connection::Connection;
 use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
@@ -55,8 +55,11 @@ pub struct Runtime {
     on_steer: Option<Arc<OnSteer>>,
     /// What runs check the steps' declared needs against.
     connections: Vec<Arc<dyn Connection>>,
-    /// Where layer state (and later checkpoints) persist.
+    /// Where layer state persists.
     storage: Arc<dyn StorageAdapter>,
+    /// Where checkpoints, the step ledger, durable sessions and leases persist; `None` keeps every
+    /// durability call a no-op.
+    durable: Option<Arc<dyn DurableStore>>,
 }
 
 impl Runtime {
@@ -73,6 +76,7 @@ impl Runtime {
             on_steer: None,
             connections: Vec::new(),
             storage: None,
+            durable: None,
         }
     }
 
@@ -95,6 +99,11 @@ impl Runtime {
     /// The storage adapter (an [`InMemoryStorage`] unless the builder was given one).
     pub fn storage(&self) -> &Arc<dyn StorageAdapter> {
         &self.storage
+    }
+
+    /// The durable store, when the builder was given one ([`RuntimeBuilder::durable`]).
+    pub fn durable(&self) -> Option<&Arc<dyn DurableStore>> {
+        self.durable.as_ref()
     }
 
     /// The connection registered under `name`.
@@ -198,6 +207,7 @@ pub struct RuntimeBuilder {
     on_steer: Option<Arc<OnSteer>>,
     connections: Vec<Arc<dyn Connection>>,
     storage: Option<Arc<dyn StorageAdapter>>,
+    durable: Option<Arc<dyn DurableStore>>,
 }
 
 impl RuntimeBuilder {
@@ -275,6 +285,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Makes the runtime durable on `store`, which then also holds layer state: checkpoints, the step
+    /// ledger, durable sessions and leases are written to it. A SQLite file
+    /// (`noetic_storage_sqlite::SqliteStorage`) survives the process; [`crate::KvDurableStore::in_memory`]
+    /// lasts as long as the process does.
+    pub fn durable<S: StorageAdapter + DurableStore>(mut self, store: S) -> Self {
+        let store = Arc::new(store);
+        self.storage = Some(store.clone());
+        self.durable = Some(store);
+        self
+    }
+
     /// The name given to [`Runtime::builder`].
     pub(crate) fn name(&self) -> &str {
         &self.name
@@ -295,6 +316,7 @@ impl RuntimeBuilder {
             storage: self
                 .storage
                 .unwrap_or_else(|| Arc::new(InMemoryStorage::new())),
+            durable: self.durable,
         })
     }
 }

@@ -26,7 +26,23 @@ use std::path::PathBuf;
 
 /// The directory of the recorded provider streams (`fixtures/openresponses/` at the workspace root).
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openresponses")
+    workspace_root().join("fixtures/openresponses")
+}
+
+/// The workspace root: the nearest ancestor of the running package's directory (`CARGO_MANIFEST_DIR`,
+/// which cargo sets when it runs a test, bench or example) that has `fixtures/openresponses`.
+///
+/// Read at run time on purpose: the compile-time value can name another clone when a shared target
+/// directory reuses this library's build.
+pub fn workspace_root() -> PathBuf {
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    start
+        .ancestors()
+        .find(|dir| dir.join("fixtures/openresponses").is_dir())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// A harness builder with `model` registered as the provider `scripted`.

@@ -11,7 +11,7 @@ mod examples;
 mod invalid;
 mod run;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -30,7 +30,7 @@ pub(crate) const MODEL: &str = "test-model";
 
 /// The workspace root (the binary runs there, so `examples/workflows/…` paths work as in the docs).
 pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    noetic_test_support::workspace_root()
 }
 
 /// The `noetic` binary as a command: run from the workspace root, with no API key in its environment,

@@ -4,13 +4,19 @@
 //! implementation beside it, so a harness built with no adapters runs sandboxed and offline.
 //!
 //! - [`storage`]: key-value persistence ([`StorageAdapter`], [`InMemoryStorage`]).
+//! - [`durable`]: records, append-only logs and fenced leases ([`DurableStore`], [`KvDurableStore`] over
+//!   any key-value adapter), which checkpoints, the step ledger and durable sessions write through.
 //! - the model seam: [`ModelProvider`] (defined in [`crate::model`], with its request and events).
 //! - connections: [`Connection`] and [`ConnectionSpec`], whose operations steps declare they need.
 //!
 //! This is the one home of the adapter traits; their defining modules' paths keep working.
 
+pub mod durable;
 pub mod storage;
 
+pub use durable::{
+    Commit, DurableStore, Fence, KvDurableStore, Lease, LeaseRequest, LogAppend, LogEntry, Records,
+};
 pub use storage::{InMemoryStorage, StorageAdapter, StorageOp};
 
 pub use crate::connection::{Connection, ConnectionSpec};

@@ -143,6 +143,12 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Makes the harness durable on `store` (see [`crate::RuntimeBuilder::durable`]).
+    pub fn durable<S: StorageAdapter + crate::DurableStore>(mut self, store: S) -> Self {
+        self.runtime = self.runtime.durable(store);
+        self
+    }
+
     /// Builds the harness.
     ///
     /// # Errors
