@@ -7,6 +7,8 @@ use std::time::Duration;
 pub(crate) const USAGE: &str = "\
 usage:
   noetic run FLOW.json [PROMPT] [options]     run a workflow as the agent graph (prompt from stdin if absent)
+  noetic resume ID --storage sqlite:PATH [options]   continue a durable run after a crash (or print
+                                              its result again if it finished)
   noetic chat FLOW.json [options] [--jsonl]   a session reading messages from stdin while turns run
   noetic validate FLOW.json                   validate a workflow and print its step tree
   noetic --version                            print the version
@@ -24,6 +26,10 @@ options:
   --output json             (run) print the turn's response as one JSON object at the end
   --allow-fs                enable the read_file, write_file and list_dir tools
   --allow-shell             enable the shell tool
+  --storage sqlite:PATH     (run, resume) record the run durably in a SQLite file; `run` prints
+                            `execution: ID` on stderr before the first model request
+  --lease-ttl-ms N          (run, resume) how long the execution's lease lasts unless renewed
+                            (default 30000)
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
 
 chat commands (plain-line mode): a line is a next-turn message; /steer TEXT, /between TEXT,
@@ -43,6 +49,9 @@ pub(crate) enum Command {
     Validate {
         flow: String,
     },
+    Resume {
+        execution_id: String,
+    },
     Help,
     Version,
 }
@@ -61,6 +70,9 @@ pub(crate) struct Options {
     pub(crate) output_json: bool,
     pub(crate) allow_fs: bool,
     pub(crate) allow_shell: bool,
+    /// `--storage sqlite:PATH`: the SQLite file of a durable run.
+    pub(crate) storage: Option<std::path::PathBuf>,
+    pub(crate) lease_ttl: Option<Duration>,
 }
 
 /// Parses the arguments (without the program name).
@@ -119,10 +131,22 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
             "--allow-shell" => options.allow_shell = true,
             "--jsonl" => jsonl = true,
             "--storage" => {
-                return Err(
-                    "--storage needs durable storage, which this build does not have yet"
-                        .to_owned(),
-                );
+                let raw = value("--storage")?;
+                let path = raw
+                    .strip_prefix("sqlite:")
+                    .filter(|path| !path.is_empty())
+                    .ok_or_else(|| format!("--storage must be sqlite:PATH, not `{raw}`"))?;
+                options.storage = Some(path.into());
+            }
+            "--lease-ttl-ms" => {
+                let raw = value("--lease-ttl-ms")?;
+                let millis: u64 = raw
+                    .parse()
+                    .map_err(|_| format!("--lease-ttl-ms must be a whole number, not `{raw}`"))?;
+                if millis == 0 {
+                    return Err("--lease-ttl-ms must be at least 1".to_owned());
+                }
+                options.lease_ttl = Some(Duration::from_millis(millis));
             }
             flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
             _ => positional.push(arg.clone()),
@@ -143,6 +167,13 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         Some("validate") => Command::Validate {
             flow: positional.next().ok_or("validate needs a workflow file")?,
         },
+        Some("resume") => {
+            let execution_id = positional.next().ok_or("resume needs an execution id")?;
+            if options.storage.is_none() {
+                return Err("resume needs --storage sqlite:PATH".to_owned());
+            }
+            Command::Resume { execution_id }
+        }
         Some(other) => return Err(format!("unknown command `{other}`")),
     };
     if let Some(extra) = positional.next() {
@@ -180,6 +211,33 @@ mod tests {
         assert_eq!(options.model.as_deref(), Some("m"));
         assert!(options.events_jsonl);
         assert_eq!(options.idle_timeout, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn parses_storage_lease_ttl_and_resume() {
+        let (command, options) =
+            parse(&args("resume exec-1 --storage sqlite:/tmp/a.db --lease-ttl-ms 250")).unwrap();
+        assert_eq!(
+            command,
+            Command::Resume {
+                execution_id: "exec-1".into()
+            }
+        );
+        assert_eq!(options.storage.as_deref(), Some(std::path::Path::new("/tmp/a.db")));
+        assert_eq!(options.lease_ttl, Some(Duration::from_millis(250)));
+        assert!(parse(&args("resume exec-1")).unwrap_err().contains("--storage"));
+        assert!(parse(&args("resume --storage sqlite:a.db")).unwrap_err().contains("execution id"));
+        assert!(
+            parse(&args("run f.json --storage postgres:x"))
+                .unwrap_err()
+                .contains("sqlite:PATH")
+        );
+        assert!(parse(&args("run f.json --storage sqlite:")).unwrap_err().contains("sqlite:PATH"));
+        assert!(
+            parse(&args("run f.json --lease-ttl-ms 0"))
+                .unwrap_err()
+                .contains("--lease-ttl-ms")
+        );
     }
 
     #[test]

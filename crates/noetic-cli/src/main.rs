@@ -4,6 +4,8 @@
 //! noetic run examples/workflows/researcher.json "Find recent AI news"
 //! noetic chat examples/workflows/researcher.json
 //! noetic validate examples/workflows/multi-model-judge.json
+//! noetic run flow.json "Plan a trip" --storage sqlite:runs.db   # prints `execution: ID`
+//! noetic resume ID --storage sqlite:runs.db
 //! ```
 //!
 //! Exit codes: 0 success; 2 usage error or invalid workflow (the message names the file and the JSON
@@ -11,6 +13,7 @@
 
 mod args;
 mod chat;
+mod durable;
 mod output;
 mod provider;
 mod run;
@@ -70,6 +73,9 @@ fn main() -> ExitCode {
             }
             args::Command::Validate { flow } => workflow::validate(&flow),
             args::Command::Run { flow, prompt } => run::run(&flow, prompt, &options).await,
+            args::Command::Resume { execution_id } => {
+                durable::resume(&execution_id, &options).await
+            }
             args::Command::Chat { flow, jsonl } => chat::chat(&flow, jsonl, &options).await,
         }
     });

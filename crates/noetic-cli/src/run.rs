@@ -29,6 +29,9 @@ pub(crate) async fn run(
             text.trim_end().to_owned()
         }
     };
+    if options.storage.is_some() {
+        return crate::durable::run(flow, prompt, options).await;
+    }
     let setup = setup(flow, options).await?;
     let harness = &setup.harness;
     let scope = Scope::thread_or_default(options.thread.clone());

@@ -20,7 +20,7 @@ fn invalid(flow: &str, error: &Error) -> Failure {
     Failure::Usage(format!("{flow}: error[{}]: {error}", error.code()))
 }
 
-fn read(flow: &str) -> Result<WorkflowDocument, Failure> {
+pub(crate) fn read(flow: &str) -> Result<WorkflowDocument, Failure> {
     let text = std::fs::read_to_string(flow)
         .map_err(|error| Failure::Usage(format!("{flow}: cannot read: {error}")))?;
     WorkflowDocument::from_json(&text).map_err(|error| invalid(flow, &error))
@@ -48,11 +48,22 @@ fn hydrate_with(
 /// Reads, validates and hydrates `flow`, and builds a harness running it on the chosen provider.
 pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failure> {
     let document = read(flow)?;
+    setup_document(flow, &document, options, None).await
+}
+
+/// Validates and hydrates `document` (read from `flow`, which names it in errors), and builds a harness
+/// running it on the chosen provider, durable on `durable` when given.
+pub(crate) async fn setup_document(
+    flow: &str,
+    document: &WorkflowDocument,
+    options: &Options,
+    durable: Option<noetic_storage_sqlite::SqliteStorage>,
+) -> Result<Setup, Failure> {
     let registry = registry(options);
     // Validate before choosing the provider: an invalid workflow must not start the demo model or
     // touch the network. The placeholder model lets nodes without one hydrate; the real default is
     // only known once the provider is chosen.
-    hydrate_with(&document, &registry, Some(PLACEHOLDER_MODEL.to_owned()))
+    hydrate_with(document, &registry, Some(PLACEHOLDER_MODEL.to_owned()))
         .map_err(|error| invalid(flow, &error))?;
     let Chosen {
         name,
@@ -62,7 +73,7 @@ pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failur
     } = choose(options).await?;
     // Nodes without a model use --model, else the provider's own (the demo model's), else fail.
     let graph = hydrate_with(
-        &document,
+        document,
         &registry,
         options.model.clone().or(default_model),
     )
@@ -71,13 +82,19 @@ pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failur
     if let Some(idle) = options.idle_timeout {
         defaults = defaults.idle_timeout(idle);
     }
-    let harness =
+    let mut builder =
         AgentHarness::builder(options.name.clone().unwrap_or_else(|| "noetic".to_owned()))
             .agent_graph(graph)
             .provider(name, provider)
             .call_model_defaults(defaults)
-            .workflow_registry(registry)
-            .build()?;
+            .workflow_registry(registry);
+    if let Some(store) = durable {
+        builder = builder.durable(store);
+    }
+    if let Some(ttl) = options.lease_ttl {
+        builder = builder.lease_ttl(ttl);
+    }
+    let harness = builder.build()?;
     Ok(Setup { harness, _demo })
 }
 

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod chat;
+mod durable;
 mod examples;
 mod invalid;
 mod run;
@@ -250,6 +251,11 @@ impl TempDir {
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create the temp dir");
         TempDir { path }
+    }
+
+    /// The directory's path.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
     }
 
     /// Writes `document` as `name` in the directory and returns its path as a string.
