@@ -90,6 +90,9 @@ pub(crate) async fn execute(
         }
     }
     let layers = by_slot(&ctx.layers());
+    // A resumed step's request is rebuilt as the first one was — from the history before the step —
+    // followed by the items of its recorded rounds, in order.
+    let history_end = resumed.as_ref().map(|_| first_new_item);
     let (instructions, mut conversation, layer_usage) = assemble_step_request(
         ctx,
         &layers,
@@ -97,8 +100,12 @@ pub(crate) async fn execute(
         &input,
         step_input,
         spec.token_budget,
+        history_end,
     )
     .await;
+    if resumed.is_some() {
+        conversation.extend(ctx.items_since(first_new_item));
+    }
     let mut guides = 0u32;
     let env = RoundEnv {
         provider: &*provider,
@@ -406,11 +413,20 @@ pub(crate) async fn assemble_request(
     input: &Value,
     token_budget: Option<usize>,
 ) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
-    assemble_step_request(ctx, layers, step_instructions, input, None, token_budget).await
+    assemble_step_request(
+        ctx,
+        layers,
+        step_instructions,
+        input,
+        None,
+        token_budget,
+        None,
+    )
+    .await
 }
 
 /// [`assemble_request`] with the step's request-only input (`step_input`) after the history, inside
-/// the recall placement and the budget.
+/// the recall placement and the budget; the history is the log's first `history_end` items when given.
 async fn assemble_step_request(
     ctx: &Context,
     layers: &[std::sync::Arc<dyn ContextLayer>],
@@ -418,8 +434,13 @@ async fn assemble_step_request(
     input: &Value,
     step_input: Option<Item>,
     token_budget: Option<usize>,
+    history_end: Option<usize>,
 ) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
-    let (instructions, mut conversation) = assemble(step_instructions, ctx.items());
+    let mut history = ctx.items();
+    if let Some(end) = history_end {
+        history.truncate(end);
+    }
+    let (instructions, mut conversation) = assemble(step_instructions, history);
     if !layers.is_empty() {
         conversation = project_history(layers, conversation);
     }
