@@ -93,11 +93,19 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "CHECKPOINT_SCHEMA_MISMATCH",
-        "*Reserved: nothing produces it yet.* A stored checkpoint has an unknown schema version.",
+        "A stored checkpoint of the named execution has a schema version this build does not read.",
+    ),
+    (
+        "CHECKPOINT_NOT_FOUND",
+        "`restore`/`resume` of an execution id with no checkpoint in the durable store (the id is named).",
+    ),
+    (
+        "CHECKPOINT_CORRUPT",
+        "A stored row of the named execution (header, state, item or ledger entry, named by key) does not parse; other executions are unaffected.",
     ),
     (
         "STEP_LEDGER_RETENTION_INVALID",
-        "*Reserved: nothing produces it yet.* The step-ledger retention caps are invalid.",
+        "A step-ledger retention cap (`max_entry_bytes`, `max_entries`) is 0 (the cap is named).",
     ),
     (
         "WORKFLOW_INVALID",
@@ -335,12 +343,36 @@ pub enum Error {
     },
 
     /// A checkpoint has an unknown schema version.
-    #[error("checkpoint schema version {found} is not supported (expected {expected})")]
+    #[error(
+        "checkpoint of execution `{execution_id}` has schema version {found}; this build reads {expected}"
+    )]
     CheckpointSchemaMismatch {
+        /// The execution.
+        execution_id: String,
         /// The version found in storage.
         found: u32,
         /// The version this build reads.
         expected: u32,
+    },
+
+    /// No checkpoint of this execution exists.
+    #[error(
+        "no checkpoint of execution `{execution_id}`: it never ran durably here, or it was cleared"
+    )]
+    CheckpointNotFound {
+        /// The execution id asked for.
+        execution_id: String,
+    },
+
+    /// A stored row of an execution does not parse.
+    #[error("checkpoint of execution `{execution_id}` is corrupt at `{key}`: {problem}")]
+    CheckpointCorrupt {
+        /// The execution.
+        execution_id: String,
+        /// The record, or the log and entry (`exec/E/items#7`).
+        key: String,
+        /// What is wrong with it.
+        problem: String,
     },
 
     /// Step-ledger retention caps are invalid.
@@ -538,6 +570,8 @@ impl Error {
             Error::ItemSchemaMismatch { .. } => "ITEM_SCHEMA_MISMATCH",
             Error::ConnectionUnsatisfied { .. } => "CONNECTION_UNSATISFIED",
             Error::CheckpointSchemaMismatch { .. } => "CHECKPOINT_SCHEMA_MISMATCH",
+            Error::CheckpointNotFound { .. } => "CHECKPOINT_NOT_FOUND",
+            Error::CheckpointCorrupt { .. } => "CHECKPOINT_CORRUPT",
             Error::StepLedgerRetentionInvalid { .. } => "STEP_LEDGER_RETENTION_INVALID",
             Error::WorkflowInvalid { .. } => "WORKFLOW_INVALID",
             Error::Storage { .. } => "STORAGE_ERROR",

@@ -87,6 +87,16 @@ pub enum FrameworkEvent {
         /// The step's kind.
         kind: StepKind,
     },
+    /// A step of a resumed execution completed before the crash: its recorded output was returned and it
+    /// did not run again.
+    StepReplayed {
+        /// The step's id.
+        step_id: String,
+        /// The step's kind.
+        kind: StepKind,
+        /// Its path in the tree (`/flow#0/gather#0`), the step ledger's key.
+        path: String,
+    },
     /// An item was appended to a context's item log.
     ItemAppended {
         /// The item.
@@ -198,6 +208,7 @@ impl FrameworkEvent {
             FrameworkEvent::SteerDropped { .. } => "steer_dropped",
             FrameworkEvent::StepStarted { .. } => "step_started",
             FrameworkEvent::StepCompleted { .. } => "step_completed",
+            FrameworkEvent::StepReplayed { .. } => "step_replayed",
             FrameworkEvent::ItemAppended { .. } => "item_appended",
             FrameworkEvent::ModelCallStarted { .. } => "model_call_started",
             FrameworkEvent::ModelCallFirstEvent { .. } => "model_call_first_event",

@@ -6,8 +6,10 @@
 //! 2. the run enters the root's channel [`RunGuard`](crate::channel::RunGuard) (the outermost run on a
 //!    root closes external channel handles when it ends);
 //! 3. the context's layers not initialized on it yet get `init` (once per context);
-//! 4. the tree executes;
-//! 5. the outcome is recorded for the context's close.
+//! 4. on a durable root, the execution begins (its lease taken, its header written) before the tree
+//!    executes, and its outcome is recorded when the tree ends;
+//! 5. the tree executes;
+//! 6. the outcome is recorded for the context's close.
 
 use std::sync::Arc;
 
@@ -32,10 +34,21 @@ pub(crate) async fn run(
     check_connections(ctx.runtime(), node)?;
     let _channels =
         crate::channel::RunGuard::enter(ctx.parent().is_none().then(|| ctx.root_channels()));
-    let result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
+    let journal = ctx.journal();
+    if let Some(journal) = journal {
+        journal.begin(&input, ctx).await?;
+    }
+    let mut result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
         Ok(()) => execute(node, input, origin, ctx).await,
         Err(error) => Err(error),
     };
+    if let Some(journal) = journal
+        && let Err(error) = journal.finish(&result, ctx).await
+        && result.is_ok()
+    {
+        // The run's outcome could not be recorded: a durable run does not report success then.
+        result = Err(error);
+    }
     crate::layer::lifecycle::finished(ctx, &result);
     result
 }

@@ -25,6 +25,7 @@
 
 pub mod adapter;
 pub mod channel;
+pub mod checkpoint;
 mod connection;
 mod context;
 mod error;
@@ -51,8 +52,9 @@ pub use adapter::{
     StorageOp,
 };
 pub use channel::{Channel, ChannelHandle, ChannelMode, ChannelStream};
+pub use checkpoint::{ExecutionRecord, ExecutionStatus, LedgerRetention};
 pub use connection::{Connection, ConnectionSpec};
-pub use context::{Context, ContextOptions, MAX_DEPTH, StepMeta};
+pub use context::{Context, ContextOptions, MAX_DEPTH, RestoreOptions, StepMeta};
 pub use error::{BoxError, CODES, Error, Result, StepFailure};
 pub use event::{EventSink, FrameworkEvent, StreamEvent};
 pub use harness::{AgentHarness, AgentHarnessBuilder};

@@ -16,6 +16,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use crate::adapter::{DurableStore, InMemoryStorage, StorageAdapter};
+use crate::checkpoint::{Durability, LedgerRetention};
 use crate::connection::Connection;
 use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
@@ -57,9 +58,9 @@ pub struct Runtime {
     connections: Vec<Arc<dyn Connection>>,
     /// Where layer state persists.
     storage: Arc<dyn StorageAdapter>,
-    /// Where checkpoints, the step ledger, durable sessions and leases persist; `None` keeps every
-    /// durability call a no-op.
-    durable: Option<Arc<dyn DurableStore>>,
+    /// Where checkpoints, the step ledger and leases persist; `None` keeps every durability call a
+    /// no-op.
+    durability: Option<Durability>,
 }
 
 impl Runtime {
@@ -77,6 +78,8 @@ impl Runtime {
             connections: Vec::new(),
             storage: None,
             durable: None,
+            lease_ttl: crate::checkpoint::DEFAULT_LEASE_TTL,
+            retention: LedgerRetention::default(),
         }
     }
 
@@ -103,7 +106,12 @@ impl Runtime {
 
     /// The durable store, when the builder was given one ([`RuntimeBuilder::durable`]).
     pub fn durable(&self) -> Option<&Arc<dyn DurableStore>> {
-        self.durable.as_ref()
+        self.durability.as_ref().map(|durability| &durability.store)
+    }
+
+    /// How this runtime records durable executions, when it has a durable store.
+    pub(crate) fn durability(&self) -> Option<&Durability> {
+        self.durability.as_ref()
     }
 
     /// The connection registered under `name`.
@@ -208,6 +216,8 @@ pub struct RuntimeBuilder {
     connections: Vec<Arc<dyn Connection>>,
     storage: Option<Arc<dyn StorageAdapter>>,
     durable: Option<Arc<dyn DurableStore>>,
+    lease_ttl: Duration,
+    retention: LedgerRetention,
 }
 
 impl RuntimeBuilder {
@@ -296,6 +306,20 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a durable execution's lease lasts unless renewed (default 30 s). A holder renews it at
+    /// its checkpoints once half of it has passed; after a holder dies, another runtime can take the
+    /// execution over once it expires.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// How much of each execution's step ledger is kept (default 128 KiB per output, 1000 rows).
+    pub fn ledger_retention(mut self, retention: LedgerRetention) -> Self {
+        self.retention = retention;
+        self
+    }
+
     /// The name given to [`Runtime::builder`].
     pub(crate) fn name(&self) -> &str {
         &self.name
@@ -316,7 +340,12 @@ impl RuntimeBuilder {
             storage: self
                 .storage
                 .unwrap_or_else(|| Arc::new(InMemoryStorage::new())),
-            durable: self.durable,
+            durability: self.durable.map(|store| Durability {
+                store,
+                holder: crate::id::new_id(),
+                lease_ttl: self.lease_ttl,
+                retention: self.retention,
+            }),
         })
     }
 }

@@ -62,6 +62,18 @@ pub struct ToolContext {
     pub tool_name: String,
 }
 
+impl ToolContext {
+    /// A key for making this call's side effect happen once: `{execution id}:{call id}`.
+    ///
+    /// On a durable harness a call whose output was recorded never runs again, but a call that was
+    /// running when the process died runs again on resume (at-least-once). The key is the same both
+    /// times, so a tool that passes it to the system it changes (an idempotency header, a unique row)
+    /// gets exactly-once effects.
+    pub fn idempotency_key(&self) -> String {
+        self.ctx.idempotency_key(&self.call_id)
+    }
+}
+
 /// An error returned by a tool body. Its message goes back to the model as `Error: <message>`.
 ///
 /// Any `std::error::Error` converts into it with `?`.

@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::channel::RootChannels;
 
 mod channels;
+mod durable;
+
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::lifecycle::LayerLife;
@@ -25,6 +27,7 @@ use crate::runtime::Runtime;
 use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
+pub use durable::RestoreOptions;
 
 /// The deepest a context may be nested before steps refuse to run.
 pub const MAX_DEPTH: u32 = 64;
@@ -52,6 +55,7 @@ pub struct ContextOptions {
     /// The session turn's transcript, which this context (the turn's root) owns (set by the session
     /// runner; children join their parent's).
     pub(crate) transcript: Option<Arc<Transcript>>,
+    pub(crate) metadata: Option<Value>,
 }
 
 impl ContextOptions {
@@ -107,6 +111,14 @@ impl ContextOptions {
     /// Sends this context's events (and its children's) to `sink`.
     pub fn event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
         self.event_sink = Some(sink);
+        self
+    }
+
+    /// What a durable root context records with its execution's header (readable again through
+    /// [`crate::AgentHarness::execution`]); ignored without a durable store. The CLI keeps the workflow
+    /// document there, so `noetic resume` can rebuild the run. Never put secrets in it.
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = Some(metadata);
         self
     }
 }
@@ -174,6 +186,8 @@ struct ContextInner {
     /// The channels of the execution this context is the root of (unused on children, which share their
     /// root's; see `channel`). Allocates nothing until a channel is used.
     channels: RootChannels,
+    /// The durable journal of a root context on a durable runtime (`None` otherwise, and for children).
+    journal: Option<Arc<crate::checkpoint::Journal>>,
     /// The session turn's transcript this context records its appends in, when it belongs to a turn.
     transcript: Option<TranscriptRef>,
 }
@@ -249,6 +263,9 @@ struct Fields {
     layers: Option<Arc<[Arc<dyn ContextLayer>]>>,
     steers: Option<Arc<SteerInbox>>,
     transcript: Option<TranscriptRef>,
+    /// The id of a root: given for a restored execution, else new.
+    id: Option<String>,
+    journal: Option<Arc<crate::checkpoint::Journal>>,
 }
 
 /// What a child context inherits or replaces; used by spawn and parallel paths.
@@ -275,6 +292,7 @@ impl Context {
             event_sink,
             steers,
             transcript,
+            metadata,
         } = options;
         let transcript = match transcript {
             Some(transcript) => Some(TranscriptRef::Root(transcript)),
@@ -296,23 +314,44 @@ impl Context {
                 layers,
                 steers,
                 transcript,
+                id: None,
+                journal: None,
             }),
-            None => Context::make(
-                Fields {
-                    layers: Some(layers.unwrap_or_else(|| runtime.layers())),
-                    runtime,
-                    thread_id,
-                    resource_id,
-                    state,
-                    items,
-                    sink: event_sink,
-                    steers,
-                    transcript,
-                },
-                None,
-                0,
-                CancellationToken::new(),
-            ),
+            None => {
+                let id = crate::id::new_id();
+                // Session turns record through their session, not as executions of their own.
+                let journal =
+                    runtime
+                        .durability()
+                        .filter(|_| transcript.is_none())
+                        .map(|durability| {
+                            Arc::new(crate::checkpoint::Journal::new(
+                                durability.clone(),
+                                id.clone(),
+                                metadata.unwrap_or(Value::Null),
+                                thread_id.clone(),
+                                resource_id.clone(),
+                            ))
+                        });
+                Context::make(
+                    Fields {
+                        layers: Some(layers.unwrap_or_else(|| runtime.layers())),
+                        runtime,
+                        thread_id,
+                        resource_id,
+                        state,
+                        items,
+                        sink: event_sink,
+                        steers,
+                        transcript,
+                        id: Some(id),
+                        journal,
+                    },
+                    None,
+                    0,
+                    CancellationToken::new(),
+                )
+            }
         }
     }
 
@@ -333,6 +372,8 @@ impl Context {
                 None
             },
             transcript: inner.transcript.as_ref().map(TranscriptRef::member),
+            id: None,
+            journal: None,
         })
     }
 
@@ -362,7 +403,7 @@ impl Context {
         let layers = fields.layers.unwrap_or_else(|| Arc::from(Vec::new()));
         Context {
             inner: Arc::new(ContextInner {
-                id: crate::id::new_id(),
+                id: fields.id.unwrap_or_else(crate::id::new_id),
                 parent,
                 depth,
                 runtime: fields.runtime,
@@ -383,6 +424,7 @@ impl Context {
                 started: Instant::now(),
                 channels: RootChannels::default(),
                 transcript: fields.transcript,
+                journal: fields.journal,
             }),
         }
     }
@@ -426,6 +468,9 @@ impl Context {
     pub async fn close(&self) {
         let outcome = crate::layer::lifecycle::closing_outcome(self);
         crate::layer::lifecycle::close(self, outcome).await;
+        if let Some(journal) = self.journal() {
+            journal.release().await;
+        }
     }
 
     /// This context's unique id (the execution id of a root).

@@ -149,6 +149,20 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// How long a durable execution's lease lasts unless renewed (see
+    /// [`crate::RuntimeBuilder::lease_ttl`]).
+    pub fn lease_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.runtime = self.runtime.lease_ttl(ttl);
+        self
+    }
+
+    /// How much of each execution's step ledger is kept (see
+    /// [`crate::RuntimeBuilder::ledger_retention`]).
+    pub fn ledger_retention(mut self, retention: crate::LedgerRetention) -> Self {
+        self.runtime = self.runtime.ledger_retention(retention);
+        self
+    }
+
     /// Builds the harness.
     ///
     /// # Errors

@@ -1,11 +1,13 @@
 //! The [`AgentHarness`]: a [`Runtime`] plus the agent graph, the sessions, the workflow registry and
 //! the session tasks. Everything public about it lives in this folder, by topic: building
-//! (`builder.rs`), sessions (`session.rs`), workflows (`workflow.rs`) and channels (`channels.rs`).
+//! (`builder.rs`), sessions (`session.rs`), workflows (`workflow.rs`), channels (`channels.rs`) and
+//! durable executions (`durable.rs`).
 //! Nothing outside `harness/` names `AgentHarness`: running steps reach configuration through
 //! [`Context::runtime`].
 
 mod builder;
 mod channels;
+mod durable;
 mod session;
 mod workflow;
 

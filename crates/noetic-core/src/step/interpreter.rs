@@ -9,6 +9,7 @@ use super::{
     Origin, StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel,
     run_code, schedule, spawn, with_context,
 };
+use crate::checkpoint::Entered;
 use crate::context::{Context, MAX_DEPTH};
 use crate::error::StepFailure;
 use crate::event::FrameworkEvent;
@@ -16,8 +17,10 @@ use crate::{Error, Result};
 
 /// Runs one step on `ctx`.
 ///
-/// Order: refuse depth ≥ 64; `CANCELLED` if aborted; count the step; `hooks.before_step`;
-/// `step_started`; dispatch; `step_completed`; `hooks.after_step` with the result.
+/// Order: refuse depth ≥ 64; `CANCELLED` if aborted; on a durable root, return the recorded output
+/// of a step the ledger has at this path (`step_replayed`); count the step; `hooks.before_step`;
+/// `step_started`; dispatch; on a durable root, record the output and checkpoint; `step_completed`;
+/// `hooks.after_step` with the result.
 ///
 /// `origin` says where the input came from (see [`Origin`]): only a root input becomes a user message
 /// in a `call_model`, and a session turn's messages reach a spawned child.
@@ -35,6 +38,23 @@ pub(crate) fn execute<'a>(
             });
         }
         ctx.check_aborted()?;
+        let kind = node.kind();
+        let journal = ctx.journal();
+        let path = match journal.map(|journal| journal.enter(&node.id, kind)) {
+            None => None,
+            Some(Entered::Run { path }) => Some(path),
+            Some(Entered::Replayed { path, output }) => {
+                // Completed before a crash: its recorded output stands in for running it again.
+                if ctx.has_event_sink() {
+                    ctx.emit(FrameworkEvent::StepReplayed {
+                        step_id: node.id.clone(),
+                        kind,
+                        path,
+                    });
+                }
+                return Ok(output);
+            }
+        };
         ctx.count_step();
         let hooks = ctx.runtime().hooks();
         if let Some(before) = &hooks.before_step {
@@ -44,7 +64,6 @@ pub(crate) fn execute<'a>(
             StepBody::CallModel(spec) => spec.emit.allows("step_started"),
             _ => true,
         };
-        let kind = node.kind();
         if emit && ctx.has_event_sink() {
             ctx.emit(FrameworkEvent::StepStarted {
                 step_id: node.id.clone(),
@@ -63,7 +82,15 @@ pub(crate) fn execute<'a>(
             StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, origin, ctx).await,
             StepBody::Sequence(body) => loop_step::run_body(body, input, origin, ctx).await,
             StepBody::Schedule(spec) => schedule::execute(id, spec, input, origin, ctx).await,
-        }?;
+        };
+        if let (Some(journal), Some(path)) = (journal, &path) {
+            journal.exit(path, id, kind, output.as_ref().ok());
+            if output.is_ok() {
+                // A completed step is recorded before anything after it runs.
+                journal.checkpoint(ctx).await?;
+            }
+        }
+        let output = output?;
         if emit && ctx.has_event_sink() {
             ctx.emit(FrameworkEvent::StepCompleted {
                 step_id: node.id.clone(),

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::stream::{RoundEnv, RoundOutcome, run_round};
 use super::tools::{SKIPPED_BY_STEER, ToolSet, run_calls};
 use super::{CallModelSpec, EmitPolicy};
+use crate::checkpoint::record::Cursor;
 use crate::context::{Context, StepMeta};
 use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item, Role};
@@ -55,11 +56,43 @@ pub(crate) async fn execute(
     let (provider_name, provider) =
         runtime.resolve_provider(spec.provider.as_deref(), &spec.model)?;
 
+    // On a durable root: this step's ledger path, and where it stood at the last checkpoint when it is
+    // being resumed (its completed rounds are in the log already; none of them is requested again).
+    let journal = ctx.journal();
+    let path = journal.map(|journal| journal.current_path());
+    let resumed = journal
+        .zip(path.as_deref())
+        .and_then(|(journal, path)| journal.cursor(path));
     // Where the step's new items start, for the layers' `store` (its input message included).
-    let step_start = ctx.item_count();
-    let step_input = step_input(ctx, origin, &input);
-    let first_new_item = ctx.item_count();
+    let (step_start, step_input, first_new_item) = match &resumed {
+        Some(cursor) => {
+            // A root input was stored when the step first started; anything else is request-only.
+            let step_input = match origin {
+                Origin::Root => None,
+                _ => step_input(ctx, origin, &input),
+            };
+            (cursor.step_start, step_input, cursor.first_new_item)
+        }
+        None => {
+            let step_start = ctx.item_count();
+            let step_input = step_input(ctx, origin, &input);
+            (step_start, step_input, ctx.item_count())
+        }
+    };
+    let tools = ToolSet::new(&spec.tools, runtime.tools());
+    let emit = &spec.emit;
+    if resumed.is_some() {
+        // Calls of the last recorded round that have no output were in flight at the crash: they run
+        // again now (at-least-once; their idempotency keys are unchanged), before the next request.
+        let pending = unanswered_calls(&ctx.items_since(first_new_item));
+        if !pending.is_empty() {
+            run_calls(&pending, &tools, ctx, spec.tool_concurrency, emit).await?;
+        }
+    }
     let layers = by_slot(&ctx.layers());
+    // A resumed step's request is rebuilt as the first one was — from the history before the step —
+    // followed by the items of its recorded rounds, in order.
+    let history_end = resumed.as_ref().map(|_| first_new_item);
     let (instructions, mut conversation, layer_usage) = assemble_step_request(
         ctx,
         &layers,
@@ -67,11 +100,13 @@ pub(crate) async fn execute(
         &input,
         step_input,
         spec.token_budget,
+        history_end,
     )
     .await;
+    if resumed.is_some() {
+        conversation.extend(ctx.items_since(first_new_item));
+    }
     let mut guides = 0u32;
-    let tools = ToolSet::new(&spec.tools, runtime.tools());
-    let emit = &spec.emit;
     let env = RoundEnv {
         provider: &*provider,
         provider_name: &provider_name,
@@ -80,10 +115,30 @@ pub(crate) async fn execute(
         emit,
     };
 
-    let mut spend = Spend::default();
+    let mut spend = resumed
+        .as_ref()
+        .map(|cursor| cursor.spend)
+        .unwrap_or_default();
     let mut tool_calls: Vec<FunctionCallItem> = Vec::new();
-    let mut round = 0u32;
-    let mut tool_rounds = 0u32;
+    let mut round = resumed.as_ref().map_or(0, |cursor| cursor.round);
+    let mut tool_rounds = resumed.as_ref().map_or(0, |cursor| cursor.tool_rounds);
+    // Records a round boundary: the round's items are in the log; the next request is `round + 1`.
+    let record_round = async |round: u32, tool_rounds: u32, spend: Spend| -> Result<()> {
+        let (Some(journal), Some(path)) = (journal, path.as_deref()) else {
+            return Ok(());
+        };
+        journal.set_cursor(
+            path,
+            Cursor {
+                step_start,
+                first_new_item,
+                round: round + 1,
+                tool_rounds,
+                spend,
+            },
+        );
+        ctx.checkpoint().await
+    };
     let mut failures = 0u32;
     let mut limit_attempts = 0u32;
     let mut carry_continue = false;
@@ -149,6 +204,7 @@ pub(crate) async fn execute(
                 }
                 tool_calls.extend(calls);
                 apply_steers(ctx, &mut conversation, applied, SteerPoint::ItemDone, round);
+                record_round(round, tool_rounds, spend).await?;
                 round += 1;
                 continue;
             }
@@ -250,6 +306,9 @@ pub(crate) async fn execute(
             ctx.append_item(item.clone());
             conversation.push(item);
         }
+        // The response is recorded before its calls run, so a crash from here on never asks for it
+        // again: the calls without outputs run on resume.
+        record_round(round, tool_rounds + 1, spend).await?;
         if emit.active(ctx) {
             emit.emit(
                 ctx,
@@ -305,6 +364,23 @@ pub(crate) async fn execute(
     }
 }
 
+/// The function calls among `items` that no `function_call_output` among them answers, in order.
+fn unanswered_calls(items: &[Item]) -> Vec<FunctionCallItem> {
+    let answered: std::collections::HashSet<&str> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::FunctionCallOutput(output) => Some(output.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    items
+        .iter()
+        .filter_map(Item::as_function_call)
+        .filter(|call| !answered.contains(call.call_id.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// What the step does with its input (see [`Origin`]): a root string input is appended to the log as
 /// a user message; a forwarded string that is not already the newest assistant message of the log is
 /// returned, to be sent with the step's requests without being stored; anything else is neither.
@@ -337,11 +413,20 @@ pub(crate) async fn assemble_request(
     input: &Value,
     token_budget: Option<usize>,
 ) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
-    assemble_step_request(ctx, layers, step_instructions, input, None, token_budget).await
+    assemble_step_request(
+        ctx,
+        layers,
+        step_instructions,
+        input,
+        None,
+        token_budget,
+        None,
+    )
+    .await
 }
 
 /// [`assemble_request`] with the step's request-only input (`step_input`) after the history, inside
-/// the recall placement and the budget.
+/// the recall placement and the budget; the history is the log's first `history_end` items when given.
 async fn assemble_step_request(
     ctx: &Context,
     layers: &[std::sync::Arc<dyn ContextLayer>],
@@ -349,8 +434,13 @@ async fn assemble_step_request(
     input: &Value,
     step_input: Option<Item>,
     token_budget: Option<usize>,
+    history_end: Option<usize>,
 ) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
-    let (instructions, mut conversation) = assemble(step_instructions, ctx.items());
+    let mut history = ctx.items();
+    if let Some(end) = history_end {
+        history.truncate(end);
+    }
+    let (instructions, mut conversation) = assemble(step_instructions, history);
     if !layers.is_empty() {
         conversation = project_history(layers, conversation);
     }

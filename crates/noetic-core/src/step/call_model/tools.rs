@@ -114,6 +114,9 @@ pub(super) async fn run_calls(
             }
             let outcome = start_call(call, tools, ctx, emit).await?;
             items.push(record(ctx, call, outcome, emit));
+            // On a durable root each output is recorded as it arrives: a recorded call never runs
+            // again after a crash.
+            ctx.checkpoint().await?;
         }
         return Ok(CallsOutcome {
             outputs: items,
@@ -131,6 +134,7 @@ pub(super) async fn run_calls(
     let mut index = 0;
     while let Some(outcome) = outcomes.try_next().await? {
         items.push(record(ctx, &calls[index], outcome, emit));
+        ctx.checkpoint().await?;
         index += 1;
     }
     Ok(CallsOutcome {

@@ -1,0 +1,138 @@
+//! Write cost: the bytes a checkpoint writes do not grow with the history behind it, and a harness
+//! without a durable store writes nothing.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use futures_util::future::BoxFuture;
+use noetic_core::adapter::durable::{Commit, DurableStore, Lease, LeaseRequest, LogEntry, Records};
+use noetic_core::{
+    AgentHarness, Context, ContextOptions, InMemoryStorage, Item, KvDurableStore, Result,
+    StorageAdapter, StorageOp, loop_step, run_code, until,
+};
+
+/// A durable store that records the bytes of every commit it forwards.
+struct Counting {
+    inner: KvDurableStore,
+    commits: Mutex<Vec<usize>>,
+}
+
+fn size(commit: &Commit) -> usize {
+    commit
+        .puts
+        .iter()
+        .map(|(key, value)| key.len() + value.len())
+        .chain(
+            commit.appends.iter().map(|append| {
+                append.log.len() + append.entries.iter().map(Vec::len).sum::<usize>()
+            }),
+        )
+        .sum()
+}
+
+impl DurableStore for Counting {
+    fn commit(&self, commit: Commit) -> BoxFuture<'_, Result<()>> {
+        self.commits.lock().unwrap().push(size(&commit));
+        self.inner.commit(commit)
+    }
+    fn record<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        self.inner.record(key)
+    }
+    fn records<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Records>> {
+        self.inner.records(prefix)
+    }
+    fn read_log<'a>(&'a self, log: &'a str, from: u64) -> BoxFuture<'a, Result<Vec<LogEntry>>> {
+        self.inner.read_log(log, from)
+    }
+    fn next_seq<'a>(&'a self, log: &'a str) -> BoxFuture<'a, Result<u64>> {
+        self.inner.next_seq(log)
+    }
+    fn acquire_lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Lease>> {
+        self.inner.acquire_lease(request)
+    }
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.inner.release_lease(lease)
+    }
+    fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>> {
+        self.inner.lease(name)
+    }
+}
+
+impl StorageAdapter for Counting {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        self.inner.get(key)
+    }
+    fn set<'a>(&'a self, key: &'a str, value: Vec<u8>) -> BoxFuture<'a, Result<()>> {
+        self.inner.set(key, value)
+    }
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<()>> {
+        self.inner.delete(key)
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        self.inner.list(prefix)
+    }
+    fn get_many<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>>> {
+        self.inner.get_many(keys)
+    }
+    fn batch(&self, ops: Vec<StorageOp>) -> BoxFuture<'_, Result<()>> {
+        self.inner.batch(ops)
+    }
+}
+
+#[tokio::test]
+async fn bytes_written_per_step_stay_flat_from_step_10_to_step_1000() {
+    let store = Arc::new(Counting {
+        inner: KvDurableStore::in_memory(),
+        commits: Mutex::new(Vec::new()),
+    });
+    // Every step appends an item of the same size, so the history grows by one item per step.
+    let step = run_code("grow", |n: i64, ctx: Context| async move {
+        ctx.append_item(Item::user_text(format!("note {:06}", n % 1_000_000)));
+        Ok::<_, std::convert::Infallible>(n + 1)
+    });
+    let graph = loop_step("grow-loop")
+        .step(step)
+        .until(until::max_steps(1000))
+        .max_iterations(1000)
+        .build();
+    let harness = AgentHarness::builder("writes")
+        .agent_graph(graph)
+        .durable(store.clone())
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let graph = harness.agent_graph::<i64, i64>().unwrap();
+    assert_eq!(harness.run(&graph, 0, &ctx).await.unwrap(), 1000);
+    assert_eq!(ctx.item_count(), 1000);
+    let commits = store.commits.lock().unwrap().clone();
+    // One commit to begin, one per completed step (1000 inner + the loop), one to finish.
+    assert!(commits.len() >= 1000, "{}", commits.len());
+    let at_10 = commits[10] as f64;
+    let at_1000 = commits[1000] as f64;
+    let ratio = at_1000 / at_10;
+    assert!(
+        ratio < 1.5,
+        "bytes per checkpoint grew {ratio:.2}× from step 10 ({at_10}) to step 1000 ({at_1000})"
+    );
+}
+
+#[tokio::test]
+async fn a_harness_without_a_durable_store_writes_nothing() {
+    let storage = Arc::new(InMemoryStorage::new());
+    let harness = AgentHarness::builder("plain")
+        .agent_graph(run_code("double", |n: i64, _| async move {
+            Ok::<_, std::convert::Infallible>(n * 2)
+        }))
+        .storage(storage.clone())
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let graph = harness.agent_graph::<i64, i64>().unwrap();
+    assert_eq!(harness.run(&graph, 2, &ctx).await.unwrap(), 4);
+    ctx.close().await;
+    assert!(storage.is_empty());
+    assert_eq!(
+        harness.execution(ctx.id()).await.unwrap_err().code(),
+        "INVALID_ARGUMENT"
+    );
+}
