@@ -64,7 +64,11 @@ async fn write_lease(
     Ok(())
 }
 
-async fn stored_next(conn: &mut SqliteConnection, operation: &'static str, log: &str) -> Result<u64> {
+async fn stored_next(
+    conn: &mut SqliteConnection,
+    operation: &'static str,
+    log: &str,
+) -> Result<u64> {
     let row = sqlx::query(HEAD_GET)
         .bind(log)
         .fetch_optional(conn)
@@ -249,13 +253,14 @@ impl DurableStore for SqliteStorage {
     fn read_log<'a>(&'a self, log: &'a str, from_seq: u64) -> BoxFuture<'a, Result<Vec<LogEntry>>> {
         Box::pin(async move {
             let from = i64::try_from(from_seq).unwrap_or(i64::MAX);
-            let rows =
-                sqlx::query("SELECT seq, value FROM logs WHERE log = ?1 AND seq >= ?2 ORDER BY seq")
-                    .bind(log)
-                    .bind(from)
-                    .fetch_all(self.readers())
-                    .await
-                    .map_err(|error| map("read_log", log, error))?;
+            let rows = sqlx::query(
+                "SELECT seq, value FROM logs WHERE log = ?1 AND seq >= ?2 ORDER BY seq",
+            )
+            .bind(log)
+            .bind(from)
+            .fetch_all(self.readers())
+            .await
+            .map_err(|error| map("read_log", log, error))?;
             rows.iter()
                 .map(|row| {
                     let seq: i64 = row

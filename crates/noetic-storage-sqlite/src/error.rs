@@ -18,7 +18,9 @@ pub const SCHEMA_UNKNOWN: &str = "SQLITE_SCHEMA_UNKNOWN";
 
 /// The database file's schema is not one this version of the crate knows.
 #[derive(Debug, thiserror::Error)]
-#[error("database `{path}` has schema migration {version}, which this version of noetic-storage-sqlite {problem}")]
+#[error(
+    "database `{path}` has schema migration {version}, which this version of noetic-storage-sqlite {problem}"
+)]
 #[non_exhaustive]
 pub struct SchemaUnknown {
     /// The database file.
@@ -80,7 +82,11 @@ pub(crate) fn map(operation: &'static str, key: &str, error: sqlx::Error) -> Err
 }
 
 /// A stored value that does not decode: `Error::Storage` naming `key`.
-pub(crate) fn corrupt(operation: &'static str, key: &str, problem: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(
+    operation: &'static str,
+    key: &str,
+    problem: impl std::fmt::Display,
+) -> Error {
     Error::Storage {
         operation,
         key: key.to_owned(),

@@ -10,8 +10,7 @@ use crate::error::{corrupt, map};
 use crate::{SqliteStorage, prefix_upper};
 
 const GET: &str = "SELECT value FROM kv WHERE key = ?1";
-const SET: &str =
-    "INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+const SET: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value";
 const DELETE: &str = "DELETE FROM kv WHERE key = ?1";
 const LIST: &str = "SELECT key FROM kv WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) ORDER BY key";
 

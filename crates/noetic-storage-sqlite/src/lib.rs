@@ -132,20 +132,29 @@ impl SqliteStorage {
     /// Opens the database file at `path` with `options` (creating it unless read-only).
     ///
     /// # Errors
-    /// As [`SqliteStorage::open`]; a read-only open of a missing file is `STORAGE_READ_ONLY`.
+    /// As [`SqliteStorage::open`]; a read-only open of a missing file is `STORAGE_ERROR`.
     ///
     /// # Cancel safety
     /// As [`SqliteStorage::open`].
     pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         let path = path.as_ref();
         let location = path.display().to_string();
-        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty())
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
             && !parent.is_dir()
         {
             return Err(Error::Storage {
                 operation: "open",
                 key: location,
                 source: "the directory does not exist".into(),
+            });
+        }
+        if options.read_only && !path.is_file() {
+            return Err(Error::Storage {
+                operation: "open",
+                key: location,
+                source: "no such database file (a read-only open does not create one)".into(),
             });
         }
         let mut connect = SqliteConnectOptions::new()

@@ -32,7 +32,11 @@ pub(crate) async fn migrate(writer: &SqlitePool, location: &str) -> Result<()> {
     }
     outcome.map_err(|failure| match failure {
         MigrateError::VersionMissing(version) | MigrateError::VersionNotPresent(version) => {
-            unknown(location, version, "does not know: it was written by a newer version")
+            unknown(
+                location,
+                version,
+                "does not know: it was written by a newer version",
+            )
         }
         MigrateError::VersionMismatch(version) => unknown(
             location,
