@@ -4,6 +4,8 @@
 //! `harness = false`: this binary is both the test (no env var) and the child (with `NOETIC_SQLITE_CHILD`
 //! naming the database file), re-executing itself.
 
+#![allow(clippy::unwrap_used)] // a test binary without the test harness: a failure is a panic
+
 use std::process::Command;
 
 use noetic_core::adapter::durable::{Commit, DurableStore, Fence, LeaseRequest};

@@ -1,5 +1,7 @@
 //! Helpers: a temp dir with a database path, and a raw sqlx connection to the same file.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a panic
+
 use std::path::{Path, PathBuf};
 
 use sqlx::ConnectOptions;
