@@ -7,15 +7,18 @@
 //! - [`MockServer`]: an HTTP server on `127.0.0.1:0` that answers provider requests with queued
 //!   [`MockReply`]s in the real wire format (SSE or JSON), with re-chunking, pacing and faults, and records
 //!   every request. For testing the real HTTP providers, and for benchmarks.
-//! - [`storage_conformance`]: the contract every `StorageAdapter` must pass.
+//! - [`storage_conformance`]: the contract every `StorageAdapter` must pass; [`durable_conformance`]: the
+//!   contract every `DurableStore` must pass.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
+mod durable;
 mod events;
 mod mock_server;
 mod paced;
 mod scripted;
 mod storage;
 
+pub use durable::durable_conformance;
 pub use events::EventLog;
 pub use mock_server::{MockReply, MockServer, RecordedHttpRequest};
 pub use paced::{PacedCall, PacedModel};

@@ -3,8 +3,8 @@
 use noetic_core::adapter::{StorageAdapter, StorageOp};
 
 /// Asserts the [`StorageAdapter`] contract on `store`, which must start empty: get/set/delete, `list`
-/// by prefix in sorted order, `get_many` in key order with gaps, and `batch` applying all its ops
-/// together.
+/// by prefix in sorted order (`%` and `_` literal, non-ASCII keys), `get_many` in key order with gaps,
+/// and `batch` applying all its ops together.
 ///
 /// # Panics
 /// When the adapter breaks the contract or fails.
@@ -51,6 +51,37 @@ pub async fn storage_conformance(store: &dyn StorageAdapter) {
         ]
     );
     assert!(store.list("conf/nothing/").await.unwrap().is_empty());
+
+    // list: `%` and `_` are literal characters, not wildcards; non-ASCII keys sort bytewise
+    for key in [
+        "conf/wild/a%b",
+        "conf/wild/axb",
+        "conf/wild/a_c",
+        "conf/wild/ayc",
+        "conf/wild/é",
+        "conf/wild/z",
+    ] {
+        store.set(key, key.as_bytes().to_vec()).await.unwrap();
+    }
+    assert_eq!(
+        store.list("conf/wild/a%").await.unwrap(),
+        vec!["conf/wild/a%b"]
+    );
+    assert_eq!(
+        store.list("conf/wild/a_").await.unwrap(),
+        vec!["conf/wild/a_c"]
+    );
+    assert_eq!(
+        store.list("conf/wild/").await.unwrap(),
+        vec![
+            "conf/wild/a%b",
+            "conf/wild/a_c",
+            "conf/wild/axb",
+            "conf/wild/ayc",
+            "conf/wild/z",
+            "conf/wild/é"
+        ]
+    );
 
     // get_many: in order, missing keys absent
     let keys = vec![

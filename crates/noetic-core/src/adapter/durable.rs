@@ -156,6 +156,13 @@ pub struct LogEntry {
     pub value: Vec<u8>,
 }
 
+impl LogEntry {
+    /// Entry `seq` holding `value` (for stores outside this crate, which read entries back).
+    pub fn new(seq: u64, value: Vec<u8>) -> Self {
+        LogEntry { seq, value }
+    }
+}
+
 /// A request to take (or renew) a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -197,6 +204,22 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Lease `name` held by `holder` at `epoch` until `expires_at_ms` (for stores outside this crate,
+    /// which read leases back; grants are decided by [`decide_lease`]).
+    pub fn new(
+        name: impl Into<String>,
+        holder: impl Into<String>,
+        epoch: u64,
+        expires_at_ms: u64,
+    ) -> Self {
+        Lease {
+            name: name.into(),
+            holder: holder.into(),
+            epoch,
+            expires_at_ms,
+        }
+    }
+
     /// The fence for commits made under this lease.
     pub fn fence(&self) -> Fence {
         Fence::new(self.name.clone(), self.epoch)

@@ -43,3 +43,17 @@ async fn the_harness_defaults_to_in_memory_storage_and_takes_a_shared_one() {
         Some(b"1".to_vec())
     );
 }
+
+#[tokio::test]
+async fn the_kv_durable_store_passes_the_durable_conformance_suite() {
+    noetic_test_support::durable_conformance(&noetic_core::KvDurableStore::in_memory()).await;
+}
+
+#[tokio::test]
+async fn the_kv_durable_store_over_a_shared_adapter_passes_both_suites() {
+    let shared = Arc::new(InMemoryStorage::new());
+    let store = noetic_core::KvDurableStore::new(shared.clone());
+    noetic_test_support::durable_conformance(&store).await;
+    // Its own keys live under `durable/`, so the key-value suite sees a store it can share.
+    storage_conformance(&store).await;
+}

@@ -1,0 +1,284 @@
+//! SQLite storage for noetic: one file holds a harness's key-value state and its durable records,
+//! append-only logs and fenced leases.
+//!
+//! [`SqliteStorage`] implements both of noetic-core's storage traits,
+//! [`StorageAdapter`](noetic_core::adapter::StorageAdapter) (layer state, in table `kv`) and
+//! [`DurableStore`](noetic_core::adapter::durable::DurableStore) (checkpoints, ledgers, leases, in tables
+//! `records`, `logs`, `log_heads` and `leases`), so one value makes a harness durable:
+//!
+//! ```no_run
+//! # async fn demo() -> noetic_core::Result<()> {
+//! use noetic_core::AgentHarness;
+//! use noetic_storage_sqlite::SqliteStorage;
+//!
+//! let harness = AgentHarness::builder("assistant")
+//!     .durable(SqliteStorage::open("noetic.db").await?)
+//!     .build()?;
+//! # drop(harness);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The file is opened in WAL mode with `synchronous=NORMAL` and foreign keys on; its tables are created
+//! by embedded migrations on open. Writes go through ONE writer connection, each as one
+//! `BEGIN IMMEDIATE` transaction; reads use a small pool of reader connections, which WAL lets run
+//! beside the writer. Every decision that must hold between writers (an append's exact sequence number,
+//! a commit's lease fence, granting a lease) is made inside the writing transaction, so it holds across
+//! processes sharing the file as well as between two `SqliteStorage` values in one process.
+//!
+//! Errors are `noetic_core::Error`s naming the operation and the key, log or lease: `STORAGE_BUSY`
+//! when the file stays locked past [`SqliteOptions::busy_timeout`], `STORAGE_READ_ONLY` when it cannot
+//! be written, `STORAGE_ERROR` otherwise (including a corrupt row), and this crate's
+//! `SQLITE_SCHEMA_UNKNOWN` (see [`error`]) for a file migrated by a newer version.
+
+mod durable;
+pub mod error;
+mod kv;
+mod schema;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use noetic_core::{Error, Result};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+/// How [`SqliteStorage::open_with`] opens a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// How long a statement waits for another connection's lock before failing with `STORAGE_BUSY`.
+    pub busy_timeout: Duration,
+    /// Opens the file read-only (`SQLITE_OPEN_READONLY`): reads work, every write fails with
+    /// `STORAGE_READ_ONLY`, and no migration runs (the file's schema is still checked).
+    pub read_only: bool,
+    /// The number of reader connections (at least 1).
+    pub readers: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(5),
+            read_only: false,
+            readers: 4,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Sets [`SqliteOptions::busy_timeout`].
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets [`SqliteOptions::read_only`].
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Sets [`SqliteOptions::readers`].
+    pub fn readers(mut self, readers: u32) -> Self {
+        self.readers = readers.max(1);
+        self
+    }
+}
+
+/// A SQLite database: a [`StorageAdapter`](noetic_core::adapter::StorageAdapter) and a
+/// [`DurableStore`](noetic_core::adapter::durable::DurableStore). Cloning is cheap and shares the
+/// connections.
+#[derive(Clone)]
+pub struct SqliteStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The one connection that writes (a pool of size 1).
+    writer: SqlitePool,
+    /// Connections that only read; the writer itself for an in-memory database.
+    readers: SqlitePool,
+    /// The file (or in-memory name), for errors.
+    location: String,
+}
+
+impl std::fmt::Debug for SqliteStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStorage")
+            .field("location", &self.inner.location)
+            .finish_non_exhaustive()
+    }
+}
+
+static MEMORY_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl SqliteStorage {
+    /// Opens (creating it if missing) the database file at `path` with default [`SqliteOptions`].
+    ///
+    /// # Errors
+    /// `STORAGE_READ_ONLY` when the file or its directory cannot be written, `SQLITE_SCHEMA_UNKNOWN`
+    /// when the file was migrated by a newer version, `STORAGE_ERROR` otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped open closes its connections (a migration in progress is rolled back).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens the database file at `path` with `options` (creating it unless read-only).
+    ///
+    /// # Errors
+    /// As [`SqliteStorage::open`]; a read-only open of a missing file is `STORAGE_ERROR`.
+    ///
+    /// # Cancel safety
+    /// As [`SqliteStorage::open`].
+    pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        let path = path.as_ref();
+        let location = path.display().to_string();
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            return Err(Error::Storage {
+                operation: "open",
+                key: location,
+                source: "the directory does not exist".into(),
+            });
+        }
+        if options.read_only && !path.is_file() {
+            return Err(Error::Storage {
+                operation: "open",
+                key: location,
+                source: "no such database file (a read-only open does not create one)".into(),
+            });
+        }
+        let mut connect = SqliteConnectOptions::new()
+            .filename(path)
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true)
+            .synchronous(SqliteSynchronous::Normal)
+            .read_only(options.read_only)
+            .create_if_missing(!options.read_only);
+        if !options.read_only {
+            connect = connect.journal_mode(SqliteJournalMode::Wal);
+        }
+        let writer = pool(1)
+            .connect_with(connect.clone())
+            .await
+            .map_err(|error| error::map("open", &location, error))?;
+        if options.read_only {
+            schema::check(&writer, &location).await?;
+        } else {
+            schema::migrate(&writer, &location).await?;
+        }
+        let readers = pool(options.readers.max(1))
+            .connect_with(connect)
+            .await
+            .map_err(|error| error::map("open", &location, error))?;
+        Ok(SqliteStorage {
+            inner: Arc::new(Inner {
+                writer,
+                readers,
+                location,
+            }),
+        })
+    }
+
+    /// A private in-memory database, gone when the last clone is dropped. One connection serves
+    /// reads and writes, so its behaviour matches a file's (the same tables, transactions and errors).
+    ///
+    /// # Errors
+    /// `STORAGE_ERROR` when SQLite cannot create it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn in_memory() -> Result<Self> {
+        let name = format!(
+            "file:noetic-memory-{}-{}",
+            std::process::id(),
+            MEMORY_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let location = name.clone();
+        let connect = SqliteConnectOptions::new()
+            .filename(name)
+            .in_memory(true)
+            .shared_cache(true)
+            .foreign_keys(true);
+        // The database lives as long as a connection to it: keep the one connection forever.
+        let writer = pool(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(connect)
+            .await
+            .map_err(|error| error::map("open", &location, error))?;
+        schema::migrate(&writer, &location).await?;
+        Ok(SqliteStorage {
+            inner: Arc::new(Inner {
+                readers: writer.clone(),
+                writer,
+                location,
+            }),
+        })
+    }
+
+    /// The file this database is stored in (or its in-memory name).
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    pub(crate) fn writer(&self) -> &SqlitePool {
+        &self.inner.writer
+    }
+
+    pub(crate) fn readers(&self) -> &SqlitePool {
+        &self.inner.readers
+    }
+}
+
+fn pool(size: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(size)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(60))
+}
+
+/// The smallest string greater than every string starting with `prefix`, `None` when there is none
+/// (`prefix` is empty or all `char::MAX`). UTF-8 orders bytewise as code points do, so
+/// `key >= prefix AND key < upper` is exactly "starts with `prefix`" under SQLite's BINARY collation,
+/// with no `LIKE` wildcards.
+pub(crate) fn prefix_upper(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// `value` as SQLite's signed 64-bit integer.
+pub(crate) fn to_i64(operation: &'static str, key: &str, value: u64) -> Result<i64> {
+    i64::try_from(value).map_err(|_| error::out_of_range(operation, key, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_upper;
+
+    #[test]
+    fn the_upper_bound_of_a_prefix_is_its_last_char_plus_one() {
+        assert_eq!(prefix_upper("a/b").as_deref(), Some("a/c"));
+        assert_eq!(prefix_upper("").as_deref(), None);
+        assert_eq!(prefix_upper("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_upper("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        assert_eq!(prefix_upper("%").as_deref(), Some("&"));
+    }
+}

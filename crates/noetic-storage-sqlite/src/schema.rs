@@ -1,0 +1,89 @@
+//! The embedded migrations and the check of a file's schema version.
+//!
+//! `sqlx::migrate!` needs sqlx's `macros` feature, which this crate leaves off; the migrations are
+//! embedded with `include_str!` and run by sqlx's `Migrator` all the same (table `_sqlx_migrations`).
+
+use std::borrow::Cow;
+
+use noetic_core::Result;
+use sqlx::SqlitePool;
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+
+use crate::error::{self, SchemaUnknown};
+
+/// The migrations this version knows, in order.
+fn migrations() -> Vec<Migration> {
+    vec![Migration::new(
+        1,
+        Cow::Borrowed("tables"),
+        MigrationType::Simple,
+        sqlx::SqlSafeStr::into_sql_str(include_str!("../migrations/0001_tables.sql")),
+        false,
+    )]
+}
+
+/// Runs the pending migrations on `writer`.
+pub(crate) async fn migrate(writer: &SqlitePool, location: &str) -> Result<()> {
+    let migrator = Migrator::with_migrations(migrations());
+    let mut outcome = migrator.run(writer).await;
+    if let Err(MigrateError::Execute(_) | MigrateError::ExecuteMigration(..)) = &outcome {
+        // Another process may have migrated the file between our look and our write: look again.
+        outcome = migrator.run(writer).await;
+    }
+    outcome.map_err(|failure| match failure {
+        MigrateError::VersionMissing(version) | MigrateError::VersionNotPresent(version) => {
+            unknown(
+                location,
+                version,
+                "does not know: it was written by a newer version",
+            )
+        }
+        MigrateError::VersionMismatch(version) => unknown(
+            location,
+            version,
+            "knows with different contents: the file's schema was altered",
+        ),
+        MigrateError::Dirty(version) => unknown(
+            location,
+            version,
+            "found only partly applied: the file's schema was altered",
+        ),
+        MigrateError::Execute(source) | MigrateError::ExecuteMigration(source, _) => {
+            error::map("migrate", location, source)
+        }
+        other => noetic_core::Error::Storage {
+            operation: "migrate",
+            key: location.to_owned(),
+            source: Box::new(other),
+        },
+    })
+}
+
+/// Checks, without writing, that every migration applied to the file is one this version knows.
+pub(crate) async fn check(pool: &SqlitePool, location: &str) -> Result<()> {
+    let applied: Vec<(i64,)> =
+        sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await
+            .map_err(|source| error::map("open", location, source))?;
+    let known = migrations();
+    for (version,) in applied {
+        if !known.iter().any(|migration| migration.version == version) {
+            return Err(unknown(
+                location,
+                version,
+                "does not know: it was written by a newer version",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn unknown(location: &str, version: i64, problem: &'static str) -> noetic_core::Error {
+    SchemaUnknown {
+        path: location.to_owned(),
+        version,
+        problem,
+    }
+    .into_error()
+}
