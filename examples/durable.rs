@@ -23,6 +23,9 @@ use noetic_storage_sqlite::SqliteStorage;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+/// How long an execution's lease lasts unless its holder renews it.
+const LEASE_TTL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Set in the first process only: the crash point aborts it.
 const CRASH: &str = "NOETIC_EXAMPLE_CRASH";
 
@@ -39,8 +42,11 @@ fn agent(model: &str) -> Step<String, String> {
         |args: LookupArgs, ctx: ToolContext| async move {
             // The key is the same if this call is run again after a crash: use it to make a side
             // effect (a payment, an email) happen once.
-            eprintln!("  tool lookup runs (idempotency key {})", ctx.idempotency_key());
-            Ok::<_, std::convert::Infallible>(format!("{} is a durable topic", args.topic))
+            eprintln!(
+                "  tool lookup runs (idempotency key {})",
+                ctx.idempotency_key()
+            );
+            Ok::<_, noetic_core::ToolError>(format!("{} is a durable topic", args.topic))
         },
     );
     sequence("durable-agent")
@@ -50,17 +56,14 @@ fn agent(model: &str) -> Step<String, String> {
                 .instructions("Research the topic with the lookup tool.")
                 .tool(lookup),
         )
-        .step(run_code(
-            "crash-point",
-            |notes: String, _| async move {
-                if std::env::var_os(CRASH).is_some() {
-                    eprintln!("  crash-point: aborting the process (as a power cut would)");
-                    std::process::abort();
-                }
-                eprintln!("  crash-point: passing");
-                Ok::<_, std::convert::Infallible>(notes)
-            },
-        ))
+        .step(run_code("crash-point", |notes: String, _| async move {
+            if std::env::var_os(CRASH).is_some() {
+                eprintln!("  crash-point: aborting the process (as a power cut would)");
+                std::process::abort();
+            }
+            eprintln!("  crash-point: passing");
+            Ok::<_, std::convert::Infallible>(notes)
+        }))
         .step(
             call_model("summary")
                 .model(model)
@@ -75,6 +78,8 @@ async fn harness(db: &str, demo: &DemoModel) -> Result<AgentHarness, Box<dyn std
         .provider("demo", demo.provider()?)
         .agent_graph(agent(model))
         .durable(SqliteStorage::open(db).await?)
+        // A crashed holder's lease blocks a resume until it expires: keep it short for the demo.
+        .lease_ttl(LEASE_TTL)
         .build()?)
 }
 
@@ -93,7 +98,9 @@ async fn first(db: &str) -> Result<(), Box<dyn std::error::Error>> {
     let ctx = harness.create_context(ContextOptions::new().event_sink(sink()));
     println!("execution: {}", ctx.id());
     let graph = harness.agent_graph::<String, String>()?;
-    let answer = harness.run(&graph, "the Rust borrow checker".to_owned(), &ctx).await?;
+    let answer = harness
+        .run(&graph, "the Rust borrow checker".to_owned(), &ctx)
+        .await?;
     println!("unexpected: the first process finished: {answer}");
     Ok(())
 }
@@ -105,7 +112,20 @@ async fn second(db: &str, id: &str) -> Result<(), Box<dyn std::error::Error>> {
         .restore(id, RestoreOptions::new().event_sink(sink()))
         .await?;
     let graph = harness.agent_graph::<serde_json::Value, serde_json::Value>()?;
-    let answer = harness.resume_with(&graph, &ctx).await?;
+    let answer = loop {
+        match harness.resume_with(&graph, &ctx).await {
+            // The crashed process still "holds" the execution until its lease expires.
+            Err(noetic_core::Error::LeaseHeld { expires_at_ms, .. }) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_millis() as u64;
+                let wait = expires_at_ms.saturating_sub(now) + 10;
+                eprintln!("  the crashed holder's lease expires in {wait} ms: waiting for it");
+                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+            }
+            other => break other?,
+        }
+    };
     println!("answer: {answer}");
     let tokens = ctx.tokens();
     println!(
@@ -136,7 +156,12 @@ fn show(label: &str, output: &std::process::Output) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["first", db] => return first(db).await,
         ["second", db, id] => return second(db, id).await,
         _ => {}

@@ -117,3 +117,21 @@ fn the_layers_example_recalls_the_stored_fact_into_the_second_request() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_durable_example_crashes_one_process_and_resumes_in_another_without_rerunning_research() {
+    let (stdout, stderr) = run_example("durable", &[]);
+    let all = format!("{stderr}{stdout}");
+    // The first process aborted at the crash point, after the research step and its tool call.
+    assert!(all.contains("first process (exit: signal: 6"), "{all}");
+    assert!(all.contains("crash-point: aborting the process"), "{all}");
+    // The second resumed the same execution: research replayed, the tool not run again, the answer.
+    let second = all
+        .split("--- second process")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no second process in {all}"));
+    assert!(second.contains("step research replayed from the ledger"), "{second}");
+    assert!(!second.contains("tool lookup runs"), "{second}");
+    assert!(second.contains("crash-point: passing"), "{second}");
+    assert!(second.contains("answer: "), "{second}");
+}

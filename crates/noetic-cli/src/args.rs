@@ -176,6 +176,16 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         }
         Some(other) => return Err(format!("unknown command `{other}`")),
     };
+    if matches!(command, Command::Chat { .. } | Command::Validate { .. })
+        && (options.storage.is_some() || options.lease_ttl.is_some())
+    {
+        // Durable sessions (a chat thread kept across restarts) are not built yet: refuse rather than
+        // run a chat the user believes is durable.
+        return Err(
+            "--storage and --lease-ttl-ms apply to run and resume; chat threads are not durable yet"
+                .to_owned(),
+        );
+    }
     if let Some(extra) = positional.next() {
         return Err(format!("unexpected argument `{extra}`"));
     }
@@ -215,28 +225,54 @@ mod tests {
 
     #[test]
     fn parses_storage_lease_ttl_and_resume() {
-        let (command, options) =
-            parse(&args("resume exec-1 --storage sqlite:/tmp/a.db --lease-ttl-ms 250")).unwrap();
+        let (command, options) = parse(&args(
+            "resume exec-1 --storage sqlite:/tmp/a.db --lease-ttl-ms 250",
+        ))
+        .unwrap();
         assert_eq!(
             command,
             Command::Resume {
                 execution_id: "exec-1".into()
             }
         );
-        assert_eq!(options.storage.as_deref(), Some(std::path::Path::new("/tmp/a.db")));
+        assert_eq!(
+            options.storage.as_deref(),
+            Some(std::path::Path::new("/tmp/a.db"))
+        );
         assert_eq!(options.lease_ttl, Some(Duration::from_millis(250)));
-        assert!(parse(&args("resume exec-1")).unwrap_err().contains("--storage"));
-        assert!(parse(&args("resume --storage sqlite:a.db")).unwrap_err().contains("execution id"));
+        assert!(
+            parse(&args("resume exec-1"))
+                .unwrap_err()
+                .contains("--storage")
+        );
+        assert!(
+            parse(&args("resume --storage sqlite:a.db"))
+                .unwrap_err()
+                .contains("execution id")
+        );
         assert!(
             parse(&args("run f.json --storage postgres:x"))
                 .unwrap_err()
                 .contains("sqlite:PATH")
         );
-        assert!(parse(&args("run f.json --storage sqlite:")).unwrap_err().contains("sqlite:PATH"));
+        assert!(
+            parse(&args("run f.json --storage sqlite:"))
+                .unwrap_err()
+                .contains("sqlite:PATH")
+        );
         assert!(
             parse(&args("run f.json --lease-ttl-ms 0"))
                 .unwrap_err()
                 .contains("--lease-ttl-ms")
+        );
+    }
+
+    #[test]
+    fn chat_refuses_storage_until_threads_are_durable() {
+        assert!(
+            parse(&args("chat f.json --storage sqlite:a.db"))
+                .unwrap_err()
+                .contains("not durable yet")
         );
     }
 

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use noetic_core::{Context, ContextOptions, Error, EventSink, StreamEvent};
+use noetic_core::{AgentHarness, Context, ContextOptions, Error, EventSink, StreamEvent};
 use noetic_storage_sqlite::SqliteStorage;
 use serde_json::{Map, Value, json};
 
@@ -23,7 +23,9 @@ const FLOW: &str = "flow";
 
 async fn open(options: &Options) -> Result<SqliteStorage, Failure> {
     let Some(path) = &options.storage else {
-        return Err(Failure::Usage("--storage sqlite:PATH is required".to_owned()));
+        return Err(Failure::Usage(
+            "--storage sqlite:PATH is required".to_owned(),
+        ));
     };
     Ok(SqliteStorage::open(path).await?)
 }
@@ -52,26 +54,33 @@ pub(crate) async fn run(flow: &str, prompt: String, options: &Options) -> Result
 /// `resume ID --storage sqlite:PATH`.
 pub(crate) async fn resume(execution_id: &str, options: &Options) -> Result<(), Failure> {
     let store = open(options).await?;
-    let record = noetic_core::checkpoint::read_execution(&store, execution_id)
-        .await?
-        .ok_or_else(|| Error::CheckpointNotFound {
-            execution_id: execution_id.to_owned(),
-        })?;
+    // The workflow comes from the execution itself: read its header before building the harness.
+    let reader = AgentHarness::builder("noetic")
+        .durable(store.clone())
+        .build()?;
+    let record =
+        reader
+            .execution(execution_id)
+            .await?
+            .ok_or_else(|| Error::CheckpointNotFound {
+                execution_id: execution_id.to_owned(),
+            })?;
     let flow = record.metadata[FLOW]
         .as_str()
         .unwrap_or("(stored workflow)")
         .to_owned();
-    let document = noetic_core::workflow::WorkflowDocument::from_value(
-        record.metadata[DOCUMENT].clone(),
-    )
-    .map_err(|error| Failure::Usage(format!("{flow}: error[{}]: {error}", error.code())))?;
+    let document =
+        noetic_core::workflow::WorkflowDocument::from_value(record.metadata[DOCUMENT].clone())
+            .map_err(|error| Failure::Usage(format!("{flow}: error[{}]: {error}", error.code())))?;
     let setup = setup_document(&flow, &document, options, Some(store)).await?;
     let printer = Printer::new(&setup, options);
-    let ctx = setup.harness.restore(
-        execution_id,
-        noetic_core::RestoreOptions::new().event_sink(printer.sink()),
-    )
-    .await?;
+    let ctx = setup
+        .harness
+        .restore(
+            execution_id,
+            noetic_core::RestoreOptions::new().event_sink(printer.sink()),
+        )
+        .await?;
     eprintln!("execution: {}", ctx.id());
     let graph = setup.harness.agent_graph::<Value, Value>()?;
     let result = setup.harness.resume_with(&graph, &ctx).await;
@@ -107,7 +116,9 @@ impl Printer {
             if events_jsonl {
                 let _ = writeln!(stdout, "{}", event.to_json(&name));
             } else if !output_json {
-                let mut printer = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut printer = state
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
                 printer.event(&event, &mut stdout);
             }
         })

@@ -72,12 +72,8 @@ pub(crate) async fn setup_document(
         _demo,
     } = choose(options).await?;
     // Nodes without a model use --model, else the provider's own (the demo model's), else fail.
-    let graph = hydrate_with(
-        document,
-        &registry,
-        options.model.clone().or(default_model),
-    )
-    .map_err(|error| invalid(flow, &error))?;
+    let graph = hydrate_with(document, &registry, options.model.clone().or(default_model))
+        .map_err(|error| invalid(flow, &error))?;
     let mut defaults = CallModelDefaults::default().provider(name.clone());
     if let Some(idle) = options.idle_timeout {
         defaults = defaults.idle_timeout(idle);

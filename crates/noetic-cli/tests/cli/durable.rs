@@ -15,9 +15,13 @@ use super::{
     CHILD_TIMEOUT, Finished, TempDir, args, mock_options, noetic, run_noetic, text_reply, usage,
 };
 
-/// A two-step flow: `gather` calls tools (`echo`, and `shell` when allowed), then `answer` writes the
-/// answer from what was gathered.
+/// A two-step flow: `gather` calls `echo`, then `answer` writes the answer from what was gathered.
 fn flow() -> Value {
+    flow_with_tools(&[json!({"type": "echo"})])
+}
+
+/// The same flow with `gather`'s tools given.
+fn flow_with_tools(tools: &[Value]) -> Value {
     json!({
         "version": 1,
         "root": {
@@ -25,7 +29,7 @@ fn flow() -> Value {
             "id": "durable-flow",
             "steps": [
                 {"kind": "callModel", "id": "gather", "instructions": "Gather facts with the tools.",
-                 "tools": [{"type": "echo"}, {"type": "shell"}]},
+                 "tools": tools},
                 {"kind": "callModel", "id": "answer", "instructions": "Answer from the facts."}
             ]
         }
@@ -63,10 +67,12 @@ fn replies() -> Vec<MockReply> {
     ]
 }
 
-/// The same replies, but the one to request `k` stalls after `events` SSE events.
+/// The replies up to request `k`, the one to request `k` stalling after `events` SSE events (the
+/// process is killed there; the rest are pushed for the process that resumes).
 fn replies_stalling_at(k: usize, events: usize) -> Vec<MockReply> {
     replies()
         .into_iter()
+        .take(k + 1)
         .enumerate()
         .map(|(index, reply)| {
             if index == k {
@@ -153,6 +159,9 @@ async fn sigkill(mut child: tokio::process::Child) {
     assert!(!status.success(), "the child was killed, not finished");
 }
 
+/// The lease TTL of the runs the tests kill: a killed holder's lease blocks a resume until it expires.
+const TTL: [&str; 2] = ["--lease-ttl-ms", "300"];
+
 async fn resume(server: &MockServer, db: &str, id: &str) -> Finished {
     run_noetic(
         args(
@@ -162,6 +171,41 @@ async fn resume(server: &MockServer, db: &str, id: &str) -> Finished {
         "",
     )
     .await
+}
+
+/// `resume` once the killed holder's lease has expired: a resume before that exits 1 with
+/// `LEASE_HELD` and sends nothing, so it is tried again (bounded by [`CHILD_TIMEOUT`]).
+async fn resume_after_the_lease(
+    server: &MockServer,
+    db: &str,
+    id: &str,
+    extra: &[&str],
+) -> Finished {
+    let deadline = tokio::time::Instant::now() + CHILD_TIMEOUT;
+    loop {
+        let requests = server.requests().len();
+        let finished = run_noetic(
+            args(
+                &[&["resume", id, "--output", "json"][..], extra].concat(),
+                &[mock_options(server), storage_args(db)].concat(),
+            ),
+            "",
+        )
+        .await;
+        if finished.code == 1 && finished.stderr.contains("error[LEASE_HELD]") {
+            assert_eq!(
+                server.requests().len(),
+                requests,
+                "a refused resume sends nothing"
+            );
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the lease never expired"
+            );
+            continue;
+        }
+        return finished;
+    }
 }
 
 /// Kills a durable run while request `k` is in flight (after `events` SSE events of its reply), resumes
@@ -175,7 +219,13 @@ async fn crash_at(k: usize, events: usize, expected: &Value, expected_inputs: &[
     let flow = dir.write("flow.json", &flow());
     let db = dir.path().join("run.db");
     let db = db.to_str().unwrap().to_owned();
-    let (id, child) = start_run(&server, &flow, &db, &["--output", "json"]).await;
+    let (id, child) = start_run(
+        &server,
+        &flow,
+        &db,
+        &[&["--output", "json"][..], &TTL].concat(),
+    )
+    .await;
     tokio::time::timeout(CHILD_TIMEOUT, server.wait_for_requests(k + 1))
         .await
         .expect("the child reaches request k");
@@ -185,7 +235,7 @@ async fn crash_at(k: usize, events: usize, expected: &Value, expected_inputs: &[
     for reply in replies().into_iter().skip(k) {
         server.push(reply);
     }
-    let finished = resume(&server, &db, &id).await;
+    let finished = resume_after_the_lease(&server, &db, &id, &[]).await;
     finished.assert_code(0);
     let output = finished.json_lines().pop().expect("one JSON object");
     assert_eq!(output["executionId"], json!(id), "kill at request {k}");
@@ -323,7 +373,10 @@ async fn resuming_an_unknown_execution_exits_1_with_checkpoint_not_found() {
         finished.stderr.contains("error[CHECKPOINT_NOT_FOUND]"),
         "{finished:?}"
     );
-    assert!(finished.stderr.contains("no-such-execution"), "{finished:?}");
+    assert!(
+        finished.stderr.contains("no-such-execution"),
+        "{finished:?}"
+    );
     assert!(server.requests().is_empty());
 }
 
@@ -343,19 +396,30 @@ async fn a_run_killed_mid_tool_runs_that_tool_call_again_on_resume_and_no_other(
             .expect("mkfifo runs");
         assert!(status.success());
     }
+    let pid = dir.path().join("shell.pid");
     let command = format!(
-        "echo run >> {log}; echo go > {started}; read line < {release}; echo released",
+        "echo run >> {log}; echo $$ > {pid}; echo go > {started}; read line < {release}; echo released",
         log = log.display(),
+        pid = pid.display(),
         started = started.display(),
         release = release.display()
     );
     let shell = call("shell", "call_s", &json!({"command": command}));
     server.push(call("echo", "call_a", &json!({"text": "one"})));
     server.push(shell);
-    let flow = dir.write("flow.json", &flow());
+    let flow = dir.write(
+        "flow.json",
+        &flow_with_tools(&[json!({"type": "echo"}), json!({"type": "shell"})]),
+    );
     let db = dir.path().join("run.db");
     let db = db.to_str().unwrap().to_owned();
-    let (id, child) = start_run(&server, &flow, &db, &["--allow-shell"]).await;
+    let (id, child) = start_run(
+        &server,
+        &flow,
+        &db,
+        &[&["--allow-shell"][..], &TTL].concat(),
+    )
+    .await;
     // Block until the shell command has started (opening a FIFO for reading waits for its writer).
     let started_path = started.clone();
     let line = tokio::time::timeout(
@@ -368,6 +432,14 @@ async fn a_run_killed_mid_tool_runs_that_tool_call_again_on_resume_and_no_other(
     .unwrap();
     assert_eq!(line.trim(), "go");
     sigkill(child).await;
+    // The killed process's shell child is orphaned, still blocked on `release`: kill it too, or it
+    // could take the line meant for the re-run.
+    let orphan = std::fs::read_to_string(&pid).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-9", orphan.trim()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "run\n");
 
     // On resume the in-flight call runs again (at-least-once).
@@ -379,24 +451,14 @@ async fn a_run_killed_mid_tool_runs_that_tool_call_again_on_resume_and_no_other(
         let _ = std::fs::read_to_string(started_path);
         std::fs::write(release_path, "go\n")
     });
-    let finished = run_noetic(
-        args(
-            &["resume", &id, "--allow-shell", "--output", "json"],
-            &[mock_options(&server), storage_args(&db)].concat(),
-        ),
-        "",
-    )
-    .await;
+    let finished = resume_after_the_lease(&server, &db, &id, &["--allow-shell"]).await;
     finished.assert_code(0);
     unblock.await.unwrap().unwrap();
     assert_eq!(finished.json_lines().pop().unwrap()["text"], "the answer");
     // The shell call ran twice (once cut, once again); the echo call, recorded before, not again.
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "run\nrun\n");
     let requests = server.requests();
-    let echo_outputs = requests
-        .last()
-        .unwrap()
-        .body["input"]
+    let echo_outputs = requests.last().unwrap().body["input"]
         .as_array()
         .unwrap()
         .iter()
@@ -415,7 +477,7 @@ async fn a_second_process_gets_lease_held_while_the_run_lives_and_takes_over_aft
     let flow = dir.write("flow.json", &flow());
     let db = dir.path().join("run.db");
     let db = db.to_str().unwrap().to_owned();
-    let ttl = ["--lease-ttl-ms", "400"];
+    let ttl = TTL;
     let (id, child) = start_run(&server, &flow, &db, &ttl).await;
     tokio::time::timeout(CHILD_TIMEOUT, server.wait_for_requests(2))
         .await
@@ -431,33 +493,19 @@ async fn a_second_process_gets_lease_held_while_the_run_lives_and_takes_over_aft
     )
     .await;
     refused.assert_code(1);
-    assert!(
-        refused.stderr.contains("error[LEASE_HELD]"),
-        "{refused:?}"
+    assert!(refused.stderr.contains("error[LEASE_HELD]"), "{refused:?}");
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "the refused process sent nothing"
     );
-    assert_eq!(server.requests().len(), 2, "the refused process sent nothing");
 
     // Kill the holder; once its lease expires (it can no longer renew it) a resume takes over.
     sigkill(child).await;
     for reply in replies().into_iter().skip(1) {
         server.push(reply);
     }
-    let deadline = tokio::time::Instant::now() + CHILD_TIMEOUT;
-    let finished = loop {
-        let attempt = run_noetic(
-            args(
-                &[&["resume", id.as_str(), "--output", "json"][..], &ttl[..]].concat(),
-                &[mock_options(&server), storage_args(&db)].concat(),
-            ),
-            "",
-        )
-        .await;
-        if attempt.code == 1 && attempt.stderr.contains("error[LEASE_HELD]") {
-            assert!(tokio::time::Instant::now() < deadline, "the lease never expired");
-            continue;
-        }
-        break attempt;
-    };
+    let finished = resume_after_the_lease(&server, &db, &id, &ttl).await;
     finished.assert_code(0);
     assert_eq!(
         finished.json_lines().pop().unwrap()["text"],
