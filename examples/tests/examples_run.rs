@@ -130,7 +130,10 @@ fn the_durable_example_crashes_one_process_and_resumes_in_another_without_rerunn
         .split("--- second process")
         .nth(1)
         .unwrap_or_else(|| panic!("no second process in {all}"));
-    assert!(second.contains("step research replayed from the ledger"), "{second}");
+    assert!(
+        second.contains("step research replayed from the ledger"),
+        "{second}"
+    );
     assert!(!second.contains("tool lookup runs"), "{second}");
     assert!(second.contains("crash-point: passing"), "{second}");
     assert!(second.contains("answer: "), "{second}");
