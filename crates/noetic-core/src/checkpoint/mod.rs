@@ -1,7 +1,7 @@
 //! Checkpoints and the step ledger of durable executions.
 //!
 //! A root context made on a durable runtime ([`crate::RuntimeBuilder::durable`]) carries a
-//! [`Journal`]: it records the execution as it runs — the header when the run starts, then at every
+//! `Journal`: it records the execution as it runs — the header when the run starts, then at every
 //! completed step, every completed model round (before its tool calls run) and every tool output, the
 //! items appended since the last checkpoint, the new ledger rows and one small state record, in one
 //! fenced [`Commit`] — and, on a restored context, answers the interpreter's "was this step already
