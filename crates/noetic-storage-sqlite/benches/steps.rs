@@ -49,8 +49,13 @@ async fn run(harness: &AgentHarness, steps: u64, history: usize) -> Duration {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStorage::open(dir.path().join("steps.db")).await.unwrap();
-    let durable = AgentHarness::builder("bench").durable(store).build().unwrap();
+    let store = SqliteStorage::open(dir.path().join("steps.db"))
+        .await
+        .unwrap();
+    let durable = AgentHarness::builder("bench")
+        .durable(store)
+        .build()
+        .unwrap();
     let plain = AgentHarness::builder("bench").build().unwrap();
 
     const STEPS: u64 = 1_000;
