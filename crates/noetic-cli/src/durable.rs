@@ -37,11 +37,13 @@ pub(crate) async fn run(flow: &str, prompt: String, options: &Options) -> Result
     let metadata = json!({ FLOW: flow, DOCUMENT: document.to_value() });
     let setup = setup_document(flow, &document, options, Some(store)).await?;
     let printer = Printer::new(&setup, options);
-    let ctx = setup.harness.create_context(
-        ContextOptions::new()
-            .metadata(metadata)
-            .event_sink(printer.sink()),
-    );
+    let mut context = ContextOptions::new()
+        .metadata(metadata)
+        .event_sink(printer.sink());
+    if let Some(thread) = &options.thread {
+        context = context.thread_id(thread.clone());
+    }
+    let ctx = setup.harness.create_context(context);
     // Before the first model request: a script keeps the id even if the process dies right after.
     eprintln!("execution: {}", ctx.id());
     let graph = setup.harness.agent_graph::<Value, Value>()?;
