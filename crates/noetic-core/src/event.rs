@@ -198,30 +198,148 @@ pub enum FrameworkEvent {
 }
 
 impl FrameworkEvent {
+    /// The event's kind: what filters (`call_model(..).emit_filter`) match on.
+    pub fn kind(&self) -> FrameworkEventKind {
+        match self {
+            FrameworkEvent::TurnStarted { .. } => FrameworkEventKind::TurnStarted,
+            FrameworkEvent::TurnCompleted { .. } => FrameworkEventKind::TurnCompleted,
+            FrameworkEvent::TurnAborted { .. } => FrameworkEventKind::TurnAborted,
+            FrameworkEvent::SteerApplied { .. } => FrameworkEventKind::SteerApplied,
+            FrameworkEvent::SteerDropped { .. } => FrameworkEventKind::SteerDropped,
+            FrameworkEvent::StepStarted { .. } => FrameworkEventKind::StepStarted,
+            FrameworkEvent::StepCompleted { .. } => FrameworkEventKind::StepCompleted,
+            FrameworkEvent::StepReplayed { .. } => FrameworkEventKind::StepReplayed,
+            FrameworkEvent::ItemAppended { .. } => FrameworkEventKind::ItemAppended,
+            FrameworkEvent::ModelCallStarted { .. } => FrameworkEventKind::ModelCallStarted,
+            FrameworkEvent::ModelCallFirstEvent { .. } => FrameworkEventKind::ModelCallFirstEvent,
+            FrameworkEvent::ModelCallCompleted { .. } => FrameworkEventKind::ModelCallCompleted,
+            FrameworkEvent::ModelCallStalled { .. } => FrameworkEventKind::ModelCallStalled,
+            FrameworkEvent::ModelCallFailed { .. } => FrameworkEventKind::ModelCallFailed,
+            FrameworkEvent::ModelCallRecoveryContinue { .. } => {
+                FrameworkEventKind::ModelCallRecoveryContinue
+            }
+            FrameworkEvent::ToolRoundStarted { .. } => FrameworkEventKind::ToolRoundStarted,
+            FrameworkEvent::ToolRoundCompleted { .. } => FrameworkEventKind::ToolRoundCompleted,
+            FrameworkEvent::ToolCallStarted { .. } => FrameworkEventKind::ToolCallStarted,
+            FrameworkEvent::ToolCallCompleted { .. } => FrameworkEventKind::ToolCallCompleted,
+            FrameworkEvent::ToolRoundLimitExceeded { .. } => {
+                FrameworkEventKind::ToolRoundLimitExceeded
+            }
+        }
+    }
+
     /// The event's unprefixed type name (`step_started`, …).
     pub fn event_type(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// The kind of a [`FrameworkEvent`], without its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FrameworkEventKind {
+    /// `turn_started`: [`FrameworkEvent::TurnStarted`].
+    TurnStarted,
+    /// `turn_completed`: [`FrameworkEvent::TurnCompleted`].
+    TurnCompleted,
+    /// `turn_aborted`: [`FrameworkEvent::TurnAborted`].
+    TurnAborted,
+    /// `steer_applied`: [`FrameworkEvent::SteerApplied`].
+    SteerApplied,
+    /// `steer_dropped`: [`FrameworkEvent::SteerDropped`].
+    SteerDropped,
+    /// `step_started`: [`FrameworkEvent::StepStarted`].
+    StepStarted,
+    /// `step_completed`: [`FrameworkEvent::StepCompleted`].
+    StepCompleted,
+    /// `step_replayed`: [`FrameworkEvent::StepReplayed`].
+    StepReplayed,
+    /// `item_appended`: [`FrameworkEvent::ItemAppended`].
+    ItemAppended,
+    /// `model_call_started`: [`FrameworkEvent::ModelCallStarted`].
+    ModelCallStarted,
+    /// `model_call_first_event`: [`FrameworkEvent::ModelCallFirstEvent`].
+    ModelCallFirstEvent,
+    /// `model_call_completed`: [`FrameworkEvent::ModelCallCompleted`].
+    ModelCallCompleted,
+    /// `model_call_stalled`: [`FrameworkEvent::ModelCallStalled`].
+    ModelCallStalled,
+    /// `model_call_failed`: [`FrameworkEvent::ModelCallFailed`].
+    ModelCallFailed,
+    /// `model_call_recovery_continue`: [`FrameworkEvent::ModelCallRecoveryContinue`].
+    ModelCallRecoveryContinue,
+    /// `tool_round_started`: [`FrameworkEvent::ToolRoundStarted`].
+    ToolRoundStarted,
+    /// `tool_round_completed`: [`FrameworkEvent::ToolRoundCompleted`].
+    ToolRoundCompleted,
+    /// `tool_call_started`: [`FrameworkEvent::ToolCallStarted`].
+    ToolCallStarted,
+    /// `tool_call_completed`: [`FrameworkEvent::ToolCallCompleted`].
+    ToolCallCompleted,
+    /// `tool_round_limit_exceeded`: [`FrameworkEvent::ToolRoundLimitExceeded`].
+    ToolRoundLimitExceeded,
+}
+
+impl FrameworkEventKind {
+    /// Every kind, in declaration order.
+    pub const ALL: &'static [FrameworkEventKind] = &[
+        FrameworkEventKind::TurnStarted,
+        FrameworkEventKind::TurnCompleted,
+        FrameworkEventKind::TurnAborted,
+        FrameworkEventKind::SteerApplied,
+        FrameworkEventKind::SteerDropped,
+        FrameworkEventKind::StepStarted,
+        FrameworkEventKind::StepCompleted,
+        FrameworkEventKind::StepReplayed,
+        FrameworkEventKind::ItemAppended,
+        FrameworkEventKind::ModelCallStarted,
+        FrameworkEventKind::ModelCallFirstEvent,
+        FrameworkEventKind::ModelCallCompleted,
+        FrameworkEventKind::ModelCallStalled,
+        FrameworkEventKind::ModelCallFailed,
+        FrameworkEventKind::ModelCallRecoveryContinue,
+        FrameworkEventKind::ToolRoundStarted,
+        FrameworkEventKind::ToolRoundCompleted,
+        FrameworkEventKind::ToolCallStarted,
+        FrameworkEventKind::ToolCallCompleted,
+        FrameworkEventKind::ToolRoundLimitExceeded,
+    ];
+
+    /// The unprefixed type name (`step_started`, …), as in the JSON of the event.
+    pub fn as_str(self) -> &'static str {
         match self {
-            FrameworkEvent::TurnStarted { .. } => "turn_started",
-            FrameworkEvent::TurnCompleted { .. } => "turn_completed",
-            FrameworkEvent::TurnAborted { .. } => "turn_aborted",
-            FrameworkEvent::SteerApplied { .. } => "steer_applied",
-            FrameworkEvent::SteerDropped { .. } => "steer_dropped",
-            FrameworkEvent::StepStarted { .. } => "step_started",
-            FrameworkEvent::StepCompleted { .. } => "step_completed",
-            FrameworkEvent::StepReplayed { .. } => "step_replayed",
-            FrameworkEvent::ItemAppended { .. } => "item_appended",
-            FrameworkEvent::ModelCallStarted { .. } => "model_call_started",
-            FrameworkEvent::ModelCallFirstEvent { .. } => "model_call_first_event",
-            FrameworkEvent::ModelCallCompleted { .. } => "model_call_completed",
-            FrameworkEvent::ModelCallStalled { .. } => "model_call_stalled",
-            FrameworkEvent::ModelCallFailed { .. } => "model_call_failed",
-            FrameworkEvent::ModelCallRecoveryContinue { .. } => "model_call_recovery_continue",
-            FrameworkEvent::ToolRoundStarted { .. } => "tool_round_started",
-            FrameworkEvent::ToolRoundCompleted { .. } => "tool_round_completed",
-            FrameworkEvent::ToolCallStarted { .. } => "tool_call_started",
-            FrameworkEvent::ToolCallCompleted { .. } => "tool_call_completed",
-            FrameworkEvent::ToolRoundLimitExceeded { .. } => "tool_round_limit_exceeded",
+            FrameworkEventKind::TurnStarted => "turn_started",
+            FrameworkEventKind::TurnCompleted => "turn_completed",
+            FrameworkEventKind::TurnAborted => "turn_aborted",
+            FrameworkEventKind::SteerApplied => "steer_applied",
+            FrameworkEventKind::SteerDropped => "steer_dropped",
+            FrameworkEventKind::StepStarted => "step_started",
+            FrameworkEventKind::StepCompleted => "step_completed",
+            FrameworkEventKind::StepReplayed => "step_replayed",
+            FrameworkEventKind::ItemAppended => "item_appended",
+            FrameworkEventKind::ModelCallStarted => "model_call_started",
+            FrameworkEventKind::ModelCallFirstEvent => "model_call_first_event",
+            FrameworkEventKind::ModelCallCompleted => "model_call_completed",
+            FrameworkEventKind::ModelCallStalled => "model_call_stalled",
+            FrameworkEventKind::ModelCallFailed => "model_call_failed",
+            FrameworkEventKind::ModelCallRecoveryContinue => "model_call_recovery_continue",
+            FrameworkEventKind::ToolRoundStarted => "tool_round_started",
+            FrameworkEventKind::ToolRoundCompleted => "tool_round_completed",
+            FrameworkEventKind::ToolCallStarted => "tool_call_started",
+            FrameworkEventKind::ToolCallCompleted => "tool_call_completed",
+            FrameworkEventKind::ToolRoundLimitExceeded => "tool_round_limit_exceeded",
         }
+    }
+
+    /// The kind named `name` (an unprefixed type name such as `tool_call_completed`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|kind| kind.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for FrameworkEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -56,7 +56,7 @@ pub use checkpoint::{ExecutionRecord, ExecutionStatus, LedgerRetention};
 pub use connection::{Connection, ConnectionSpec};
 pub use context::{Context, ContextOptions, MAX_DEPTH, RestoreOptions, StepMeta};
 pub use error::{BoxError, CODES, Error, Result, StepFailure};
-pub use event::{EventSink, FrameworkEvent, StreamEvent};
+pub use event::{EventSink, FrameworkEvent, FrameworkEventKind, StreamEvent};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
 pub use item::{ContentPart, Item, Role};
 pub use layer::{

@@ -12,7 +12,7 @@ use super::{
 use crate::checkpoint::Entered;
 use crate::context::{Context, MAX_DEPTH};
 use crate::error::StepFailure;
-use crate::event::FrameworkEvent;
+use crate::event::{FrameworkEvent, FrameworkEventKind};
 use crate::{Error, Result};
 
 /// Runs one step on `ctx`.
@@ -60,11 +60,12 @@ pub(crate) fn execute<'a>(
         if let Some(before) = &hooks.before_step {
             before(super::StepRef { node: node.clone() }, ctx.clone()).await;
         }
-        let emit = match &node.body {
-            StepBody::CallModel(spec) => spec.emit.allows("step_started"),
+        // A `call_model`'s emit policy decides its own step events, each by its kind.
+        let emits = |kind: FrameworkEventKind| match &node.body {
+            StepBody::CallModel(spec) => spec.emit.allows(kind),
             _ => true,
         };
-        if emit && ctx.has_event_sink() {
+        if ctx.has_event_sink() && emits(FrameworkEventKind::StepStarted) {
             ctx.emit(FrameworkEvent::StepStarted {
                 step_id: node.id.clone(),
                 kind,
@@ -91,7 +92,7 @@ pub(crate) fn execute<'a>(
             }
         }
         let output = output?;
-        if emit && ctx.has_event_sink() {
+        if ctx.has_event_sink() && emits(FrameworkEventKind::StepCompleted) {
             ctx.emit(FrameworkEvent::StepCompleted {
                 step_id: node.id.clone(),
                 kind,

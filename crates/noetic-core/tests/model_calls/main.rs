@@ -15,8 +15,9 @@ use futures_util::future::BoxFuture;
 use noetic_core::item::Item;
 use noetic_core::layer::ToolCallView;
 use noetic_core::{
-    ContextLayer, ContextOptions, Error, FrameworkEvent, LayerDecision, ResponseEvent, Role,
-    TokenUsage, Tool, ToolContext, ToolError, any, call_model, loop_step, until,
+    ContextLayer, ContextOptions, Error, FrameworkEvent, FrameworkEventKind, LayerDecision,
+    ResponseEvent, Role, TokenUsage, Tool, ToolContext, ToolError, any, call_model, loop_step,
+    until,
 };
 use noetic_test_support::{ScriptedModel, ScriptedResponse, harness_with};
 use serde_json::json;
@@ -868,6 +869,47 @@ async fn emit_false_silences_step_and_model_events_but_not_items() {
         .unwrap();
     assert_eq!(log.framework_types(), ["item_appended", "item_appended"]);
     assert!(!log.sdk_types().is_empty());
+}
+
+#[tokio::test]
+async fn emit_filter_passes_only_the_event_kinds_it_accepts_and_always_items() {
+    let model = ScriptedModel::with_responses([
+        ScriptedResponse::tool_call("c1", "search", json!({"query": "x"})),
+        ScriptedResponse::text("done"),
+    ]);
+    let (harness, ctx, log) = setup(&model);
+    let keep = [
+        FrameworkEventKind::StepStarted,
+        FrameworkEventKind::ToolCallCompleted,
+    ];
+    harness
+        .run(
+            &call_model("llm")
+                .model("m")
+                .tool(search_tool())
+                .emit_filter(move |kind| keep.contains(&kind))
+                .build(),
+            "q".to_owned(),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        log.framework_types(),
+        [
+            "step_started",
+            "item_appended",
+            "item_appended",
+            "item_appended",
+            "tool_call_completed",
+            "item_appended",
+        ]
+    );
+    // Every kind names itself as its events' JSON type does, and parses back from that name.
+    for kind in FrameworkEventKind::ALL {
+        assert_eq!(FrameworkEventKind::from_name(kind.as_str()), Some(*kind));
+    }
+    assert_eq!(FrameworkEventKind::from_name("no_such_event"), None);
 }
 
 /// A stream naming an absurd output or content index fails its round with `PROVIDER_ERROR` naming

@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::{Step, StepBody, StepNode};
 use crate::connection::Need;
 use crate::context::Context;
-use crate::event::FrameworkEvent;
+use crate::event::{FrameworkEvent, FrameworkEventKind};
 use crate::model::{ModelParams, OutputFormat};
 use crate::tool::{Tool, schema_for};
 
@@ -49,7 +49,7 @@ pub(crate) struct CallModelSpec {
 pub(crate) enum EmitPolicy {
     All,
     Nothing,
-    Filter(Arc<dyn Fn(&str) -> bool + Send + Sync>),
+    Filter(Arc<dyn Fn(FrameworkEventKind) -> bool + Send + Sync>),
 }
 
 impl EmitPolicy {
@@ -64,18 +64,18 @@ impl EmitPolicy {
         let allowed = match self {
             EmitPolicy::All => true,
             EmitPolicy::Nothing => false,
-            EmitPolicy::Filter(filter) => filter(event.event_type()),
+            EmitPolicy::Filter(filter) => filter(event.kind()),
         };
         if allowed {
             ctx.emit(event);
         }
     }
 
-    pub(crate) fn allows(&self, event_type: &str) -> bool {
+    pub(crate) fn allows(&self, kind: FrameworkEventKind) -> bool {
         match self {
             EmitPolicy::All => true,
             EmitPolicy::Nothing => false,
-            EmitPolicy::Filter(filter) => filter(event_type),
+            EmitPolicy::Filter(filter) => filter(kind),
         }
     }
 }
@@ -225,9 +225,13 @@ impl<O> CallModelBuilder<O> {
         self
     }
 
-    /// Emits only this step's events whose unprefixed type (`step_started`, `tool_call_completed`, …)
-    /// passes `filter`. Items, provider events and steer events always flow.
-    pub fn emit_filter(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+    /// Emits only this step's events whose kind passes `filter`
+    /// (`|kind| kind != FrameworkEventKind::ModelCallStarted`). Items, provider events and steer events
+    /// always flow.
+    pub fn emit_filter(
+        mut self,
+        filter: impl Fn(FrameworkEventKind) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.spec.emit = EmitPolicy::Filter(Arc::new(filter));
         self
     }
