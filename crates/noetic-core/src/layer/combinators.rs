@@ -67,14 +67,19 @@ impl<L: ContextLayer + ?Sized> ContextLayer for Arc<L> {
 
     fn before_tool_call<'a>(
         &'a self,
+        ctx: LayerCtx<'a>,
         call: ToolCallView<'a>,
-        ctx: &'a Context,
     ) -> BoxFuture<'a, LayerDecision> {
-        (**self).before_tool_call(call, ctx)
+        (**self).before_tool_call(ctx, call)
     }
 
-    fn on_steer(&self, steer: &Steer, point: SteerPoint, ctx: &Context) -> Option<SteerDecision> {
-        (**self).on_steer(steer, point, ctx)
+    fn on_steer(
+        &self,
+        ctx: LayerCtx<'_>,
+        steer: &Steer,
+        point: SteerPoint,
+    ) -> Option<SteerDecision> {
+        (**self).on_steer(ctx, steer, point)
     }
 
     fn on_spawn<'a>(&'a self, ctx: LayerCtx<'a>, child: &'a Context) -> BoxFuture<'a, Result<()>> {
@@ -161,18 +166,23 @@ impl<L: ContextLayer> ContextLayer for Option<L> {
 
     fn before_tool_call<'a>(
         &'a self,
+        ctx: LayerCtx<'a>,
         call: ToolCallView<'a>,
-        ctx: &'a Context,
     ) -> BoxFuture<'a, LayerDecision> {
         match self {
-            Some(layer) => layer.before_tool_call(call, ctx),
+            Some(layer) => layer.before_tool_call(ctx, call),
             None => Box::pin(async { LayerDecision::Allow }),
         }
     }
 
-    fn on_steer(&self, steer: &Steer, point: SteerPoint, ctx: &Context) -> Option<SteerDecision> {
+    fn on_steer(
+        &self,
+        ctx: LayerCtx<'_>,
+        steer: &Steer,
+        point: SteerPoint,
+    ) -> Option<SteerDecision> {
         self.as_ref()
-            .and_then(|layer| layer.on_steer(steer, point, ctx))
+            .and_then(|layer| layer.on_steer(ctx, steer, point))
     }
 
     fn on_spawn<'a>(&'a self, ctx: LayerCtx<'a>, child: &'a Context) -> BoxFuture<'a, Result<()>> {
@@ -313,13 +323,16 @@ impl<L: ContextLayer> ContextLayer for Vec<L> {
 
     fn before_tool_call<'a>(
         &'a self,
+        ctx: LayerCtx<'a>,
         call: ToolCallView<'a>,
-        ctx: &'a Context,
     ) -> BoxFuture<'a, LayerDecision> {
         Box::pin(async move {
             let mut guidance = Vec::new();
             for layer in self {
-                match layer.before_tool_call(call, ctx).await {
+                match layer
+                    .before_tool_call(LayerCtx::new(ctx.context(), layer.id()), call)
+                    .await
+                {
                     LayerDecision::Allow => {}
                     deny @ LayerDecision::Deny { .. } => return deny,
                     LayerDecision::Guide { guidance: text } => guidance.push(text),
@@ -329,9 +342,15 @@ impl<L: ContextLayer> ContextLayer for Vec<L> {
         })
     }
 
-    fn on_steer(&self, steer: &Steer, point: SteerPoint, ctx: &Context) -> Option<SteerDecision> {
-        self.iter()
-            .find_map(|layer| layer.on_steer(steer, point, ctx))
+    fn on_steer(
+        &self,
+        ctx: LayerCtx<'_>,
+        steer: &Steer,
+        point: SteerPoint,
+    ) -> Option<SteerDecision> {
+        self.iter().find_map(|layer| {
+            layer.on_steer(LayerCtx::new(ctx.context(), layer.id()), steer, point)
+        })
     }
 
     fn on_spawn<'a>(&'a self, ctx: LayerCtx<'a>, child: &'a Context) -> BoxFuture<'a, Result<()>> {

@@ -226,8 +226,8 @@ pub trait ContextLayer: Send + Sync + 'static {
     /// texts of several layers are joined.
     fn before_tool_call<'a>(
         &'a self,
+        _ctx: LayerCtx<'a>,
         _call: ToolCallView<'a>,
-        _ctx: &'a Context,
     ) -> BoxFuture<'a, LayerDecision> {
         Box::pin(async { LayerDecision::Allow })
     }
@@ -236,9 +236,9 @@ pub trait ContextLayer: Send + Sync + 'static {
     /// harness's own `on_steer`). `None` leaves the decision to the next layer, then to the defaults.
     fn on_steer(
         &self,
+        _ctx: LayerCtx<'_>,
         _steer: &Steer,
         _point: SteerPoint,
-        _ctx: &Context,
     ) -> Option<SteerDecision> {
         None
     }
@@ -304,7 +304,10 @@ pub(crate) fn project_history(layers: &[Arc<dyn ContextLayer>], history: Vec<Ite
 pub(crate) async fn gate_tool_call(ctx: &Context, call: ToolCallView<'_>) -> LayerDecision {
     let mut guidance: Vec<String> = Vec::new();
     for layer in ctx.layers().iter() {
-        match layer.before_tool_call(call, ctx).await {
+        match layer
+            .before_tool_call(LayerCtx::new(ctx, layer.id()), call)
+            .await
+        {
             LayerDecision::Allow => {}
             deny @ LayerDecision::Deny { .. } => return deny,
             LayerDecision::Guide { guidance: text } => guidance.push(text),

@@ -121,7 +121,8 @@ impl SteerInbox {
             return decision;
         }
         for layer in ctx.layers().iter() {
-            if let Some(decision) = layer.on_steer(steer, point, ctx) {
+            let layer_ctx = crate::layer::LayerCtx::new(ctx, layer.id());
+            if let Some(decision) = layer.on_steer(layer_ctx, steer, point) {
                 return decision;
             }
         }

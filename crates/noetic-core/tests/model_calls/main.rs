@@ -116,8 +116,8 @@ impl ContextLayer for Gate {
 
     fn before_tool_call<'a>(
         &'a self,
+        _ctx: noetic_core::LayerCtx<'a>,
         call: ToolCallView<'a>,
-        _ctx: &'a noetic_core::Context,
     ) -> BoxFuture<'a, LayerDecision> {
         let decision = if call.name == "gated" {
             self.decision.clone()

@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use noetic_core::item::{ContentPart, Item};
 use noetic_core::{
-    AgentHarness, Context, ContextLayer, DeliveryMode, ExecuteOptions, FrameworkEvent, Input,
-    ResponseEvent, Role, Scope, Steer, SteerDecision, SteerMode, SteerPoint, StreamEvent,
-    call_model, sequence, spawn,
+    AgentHarness, ContextLayer, DeliveryMode, ExecuteOptions, FrameworkEvent, Input, ResponseEvent,
+    Role, Scope, Steer, SteerDecision, SteerMode, SteerPoint, StreamEvent, call_model, sequence,
+    spawn,
 };
 use noetic_test_support::PacedModel;
 use serde_json::{Map, json};
@@ -442,9 +442,9 @@ impl ContextLayer for Deciding {
 
     fn on_steer(
         &self,
+        _ctx: noetic_core::LayerCtx<'_>,
         _steer: &Steer,
         _point: SteerPoint,
-        _ctx: &Context,
     ) -> Option<SteerDecision> {
         Some(self.0.clone())
     }

@@ -2,7 +2,6 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::context::Context;
 use crate::item::Item;
 use crate::layer::{ContextLayer, LayerCtx, LayerDecision, ToolCallView};
 use crate::tool::wire_name;
@@ -134,8 +133,8 @@ impl ContextLayer for SteeringLayer {
 
     fn before_tool_call<'a>(
         &'a self,
+        _ctx: LayerCtx<'a>,
         call: ToolCallView<'a>,
-        _ctx: &'a Context,
     ) -> BoxFuture<'a, LayerDecision> {
         let decision = decide(
             self.tool_rules
