@@ -389,18 +389,8 @@ impl Journal {
                 now,
             ))
             .await;
-        match renewed {
-            Ok(renewed) if renewed.epoch == lease.epoch => {
-                writer.lease = Some(renewed);
-                Ok(())
-            }
-            // Taken over (held by another, or taken and released since): we are fenced.
-            Ok(_) | Err(Error::LeaseHeld { .. }) => Err(Error::LeaseLost {
-                lease: lease.name.clone(),
-                epoch: lease.epoch,
-            }),
-            Err(error) => Err(error),
-        }
+        writer.lease = Some(renewal_outcome(lease, renewed)?);
+        Ok(())
     }
 
     /// Releases the execution's lease (when the context closes).
@@ -493,4 +483,67 @@ fn to_bytes(value: &impl Serialize) -> Result<Vec<u8>> {
         key: "(serialize)".to_owned(),
         source: Box::new(error),
     })
+}
+
+/// What a renewal of `held` that returned `renewed` means for its holder: the lease to keep, or
+/// `LEASE_LOST` when someone else holds or has held it since.
+fn renewal_outcome(held: &Lease, renewed: Result<Lease>) -> Result<Lease> {
+    match renewed {
+        // Renewed; or re-taken after it expired with nobody else taking it meanwhile (any other
+        // holder would have raised the epoch once more).
+        Ok(renewed) if renewed.epoch == held.epoch || renewed.epoch == held.epoch + 1 => {
+            Ok(renewed)
+        }
+        // Taken over (held by another, or taken and released since): we are fenced.
+        Ok(_) | Err(Error::LeaseHeld { .. }) => Err(Error::LeaseLost {
+            lease: held.name.clone(),
+            epoch: held.epoch,
+        }),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(epoch: u64) -> Lease {
+        Lease {
+            name: "execution/e".to_owned(),
+            holder: "a".to_owned(),
+            epoch,
+            expires_at_ms: 10,
+        }
+    }
+
+    #[test]
+    fn a_renewal_keeps_the_lease_at_its_epoch_or_one_above_after_a_lapse() {
+        assert_eq!(renewal_outcome(&lease(3), Ok(lease(3))).unwrap().epoch, 3);
+        assert_eq!(renewal_outcome(&lease(3), Ok(lease(4))).unwrap().epoch, 4);
+    }
+
+    #[test]
+    fn a_renewal_that_finds_another_holder_since_is_lease_lost() {
+        let lost = renewal_outcome(&lease(3), Ok(lease(5))).unwrap_err();
+        assert_eq!(lost.code(), "LEASE_LOST");
+        let held = Error::LeaseHeld {
+            lease: "execution/e".to_owned(),
+            holder: "b".to_owned(),
+            expires_at_ms: 20,
+        };
+        let lost = renewal_outcome(&lease(3), Err(held)).unwrap_err();
+        assert!(
+            matches!(lost, Error::LeaseLost { epoch: 3, .. }),
+            "{lost:?}"
+        );
+        let busy = renewal_outcome(
+            &lease(3),
+            Err(Error::StorageBusy {
+                operation: "acquire_lease",
+                key: "execution/e".to_owned(),
+                source: "locked".into(),
+            }),
+        );
+        assert_eq!(busy.unwrap_err().code(), "STORAGE_BUSY");
+    }
 }

@@ -250,3 +250,50 @@ async fn a_holder_whose_lease_was_taken_over_fails_its_next_checkpoint_with_leas
     assert_eq!(error.code(), "LEASE_LOST");
     assert!(error.to_string().contains(&name), "{error}");
 }
+
+#[tokio::test]
+async fn a_holder_whose_lease_lapsed_with_nobody_taking_it_retakes_it_and_finishes() {
+    let store = Arc::new(KvDurableStore::in_memory());
+    let counts = Arc::new(Counts::default());
+    let (started, mut stop) = mpsc::unbounded_channel();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let released = Arc::new(tokio::sync::Mutex::new(Some(released)));
+    let tool = noetic_core::Tool::new(
+        "echo",
+        "Echoes the text once released",
+        move |args: crate::support::EchoArgs, _ctx: noetic_core::ToolContext| {
+            let started = started.clone();
+            let released = released.clone();
+            async move {
+                let _ = started.send(());
+                if let Some(released) = released.lock().await.take() {
+                    let _ = released.await;
+                }
+                Ok::<_, noetic_core::ToolError>(args.text)
+            }
+        },
+    );
+    let model = model(0, None, None);
+    let holder = harness(&store, &model, tool, counts);
+    let ctx = holder.create_context(ContextOptions::new());
+    let graph = holder.agent_graph::<String, String>().unwrap();
+    let run = holder.run(&graph, INPUT.to_owned(), &ctx);
+    tokio::pin!(run);
+    tokio::select! {
+        result = &mut run => panic!("ended: {result:?}"),
+        _ = stop.recv() => {}
+    }
+    // The lease lapses (as if the holder had been paused past its TTL) and nobody takes it.
+    let name = format!("execution/{}", ctx.id());
+    let lease = store.lease(&name).await.unwrap().unwrap();
+    store.release_lease(&lease).await.unwrap();
+    release.send(()).unwrap();
+    // Nobody took it: the fence (the epoch) still holds and the run finishes and records its output.
+    assert_eq!(run.await.unwrap(), "the answer is three");
+    let execution = holder
+        .execution(&ctx.id().to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(execution.status, noetic_core::ExecutionStatus::Completed);
+}
