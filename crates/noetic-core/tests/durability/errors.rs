@@ -290,10 +290,6 @@ async fn a_holder_whose_lease_lapsed_with_nobody_taking_it_retakes_it_and_finish
     release.send(()).unwrap();
     // Nobody took it: the fence (the epoch) still holds and the run finishes and records its output.
     assert_eq!(run.await.unwrap(), "the answer is three");
-    let execution = holder
-        .execution(&ctx.id().to_string())
-        .await
-        .unwrap()
-        .unwrap();
+    let execution = holder.execution(ctx.id()).await.unwrap().unwrap();
     assert_eq!(execution.status, noetic_core::ExecutionStatus::Completed);
 }
