@@ -31,9 +31,10 @@ use crate::{Error, Result};
 
 pub use ledger::{DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ENTRY_BYTES, LedgerRetention};
 pub use record::{ErrorRecord, ExecutionRecord, ExecutionStatus, SCHEMA_VERSION};
-pub(crate) use restore::{Restored, list_executions, load, read_execution};
+pub(crate) use restore::{Restored, list_executions, load, parse, read_execution};
 
 use ledger::Ledger;
+pub(crate) use record::Base;
 use record::{Cursor, Header, StateRecord};
 
 /// The default time an execution's lease lasts unless renewed.
@@ -72,6 +73,8 @@ pub(crate) struct Snapshot {
     pub(crate) state: Value,
     pub(crate) spend: Spend,
     pub(crate) step_count: u64,
+    /// The message ids of the session steers taken so far (applied or dropped).
+    pub(crate) steers_taken: Vec<String>,
 }
 
 /// The journal of one durable root context.
@@ -92,11 +95,15 @@ pub(crate) struct Journal {
     runs: Mutex<u32>,
     /// Stops the lease heartbeat of the current run.
     heartbeat: Mutex<Option<tokio_util::sync::CancellationToken>>,
+    /// Where the context's first items are recorded, written with a new header.
+    base: Option<Base>,
 }
 
 struct Writer {
-    /// Items of the context already in the log.
+    /// Items of the context already recorded (in its base or its log).
     items_persisted: usize,
+    /// How many of the context's first items are its base's, not in its own log.
+    base: usize,
     ledger_next_seq: u64,
     lease: Option<Lease>,
     header: Option<Header>,
@@ -115,17 +122,21 @@ impl Journal {
         metadata: Value,
         thread_id: Option<String>,
         resource_id: Option<String>,
+        base: Option<Base>,
     ) -> Self {
         let retention = durability.retention;
+        let base_count = base.as_ref().map_or(0, |base| base.count as usize);
         Journal {
             durability,
             execution_id,
             writer: tokio::sync::Mutex::new(Writer {
-                items_persisted: 0,
+                items_persisted: base_count,
+                base: base_count,
                 ledger_next_seq: 0,
                 lease: None,
                 header: None,
             }),
+            base,
             frames: Mutex::new(vec![Frame::root()]),
             ledger: Mutex::new(Ledger::new(retention)),
             cursors: Mutex::new(BTreeMap::new()),
@@ -146,8 +157,14 @@ impl Journal {
             thread_id: restored.header.thread_id.clone(),
             resource_id: restored.header.resource_id.clone(),
             durability,
+            base: restored.header.base.clone(),
             writer: tokio::sync::Mutex::new(Writer {
                 items_persisted: restored.items.len(),
+                base: restored
+                    .header
+                    .base
+                    .as_ref()
+                    .map_or(0, |base| base.count as usize),
                 ledger_next_seq: restored.ledger_next_seq,
                 lease: None,
                 header: Some(restored.header.clone()),
@@ -260,6 +277,7 @@ impl Journal {
                 output: None,
                 error: None,
                 metadata: self.metadata.clone(),
+                base: self.base.clone(),
                 created_ms: now,
                 updated_ms: now,
             },
@@ -335,11 +353,12 @@ impl Journal {
             state,
             spend,
             step_count,
+            steers_taken,
         } = source.snapshot(persisted);
         let entries = new_items.iter().map(to_bytes).collect::<Result<Vec<_>>>()?;
         commit = commit.append(
             record::items_log(&self.execution_id),
-            persisted as u64,
+            (persisted - writer.base) as u64,
             entries,
         );
         let (rows, trim_below) = lock(&self.ledger).take_pending(writer.ledger_next_seq);
@@ -360,6 +379,7 @@ impl Journal {
             spend,
             step_count,
             cursors: lock(&self.cursors).clone(),
+            steers_taken,
         };
         commit = commit
             .put(record::state_key(&self.execution_id), to_bytes(&state)?)
@@ -371,25 +391,11 @@ impl Journal {
     }
 
     async fn renew_if_due(&self, writer: &mut Writer) -> Result<()> {
-        let Some(lease) = &writer.lease else {
-            return Ok(());
-        };
-        let ttl = self.durability.lease_ttl.as_millis() as u64;
-        let now = now_ms();
-        if lease.expires_at_ms.saturating_sub(now) > ttl / 2 {
-            return Ok(());
+        if let Some(lease) = &writer.lease
+            && let Some(renewed) = renew_if_due(&self.durability, lease).await?
+        {
+            writer.lease = Some(renewed);
         }
-        let renewed = self
-            .durability
-            .store
-            .acquire_lease(LeaseRequest::new(
-                &lease.name,
-                &self.durability.holder,
-                ttl,
-                now,
-            ))
-            .await;
-        writer.lease = Some(renewal_outcome(lease, renewed)?);
         Ok(())
     }
 
@@ -477,12 +483,29 @@ impl Frame {
     }
 }
 
-fn to_bytes(value: &impl Serialize) -> Result<Vec<u8>> {
+pub(crate) fn to_bytes(value: &impl Serialize) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|error| Error::Storage {
         operation: "checkpoint",
         key: "(serialize)".to_owned(),
         source: Box::new(error),
     })
+}
+
+/// Renews `lease` once half its TTL has passed: the renewed lease, or `None` when not due yet.
+///
+/// # Errors
+/// [`Error::LeaseLost`] when someone else holds or has held it since; storage errors.
+pub(crate) async fn renew_if_due(durability: &Durability, lease: &Lease) -> Result<Option<Lease>> {
+    let ttl = durability.lease_ttl.as_millis() as u64;
+    let now = now_ms();
+    if lease.expires_at_ms.saturating_sub(now) > ttl / 2 {
+        return Ok(None);
+    }
+    let renewed = durability
+        .store
+        .acquire_lease(LeaseRequest::new(&lease.name, &durability.holder, ttl, now))
+        .await;
+    renewal_outcome(lease, renewed).map(Some)
 }
 
 /// What a renewal of `held` that returned `renewed` means for its holder: the lease to keep, or

@@ -78,8 +78,20 @@ pub(crate) struct Header {
     pub(crate) error: Option<ErrorRecord>,
     #[serde(default)]
     pub(crate) metadata: Value,
+    /// Where the context's first items are recorded instead of `exec/E/items` (a session turn's
+    /// history is its thread's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) base: Option<Base>,
     pub(crate) created_ms: u64,
     pub(crate) updated_ms: u64,
+}
+
+/// The first `count` items of an execution's context: entries `0..count` of the log `log`. The
+/// execution's own item log holds the items after them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Base {
+    pub(crate) log: String,
+    pub(crate) count: u64,
 }
 
 /// A failed execution's error, as recorded.
@@ -96,8 +108,8 @@ pub struct ErrorRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct StateRecord {
     pub(crate) schema_version: u32,
-    /// How many items of the log belong to the context (entries beyond it were written by a commit
-    /// that also wrote this record, so this always equals the log's length).
+    /// How many items the context has: its base's and then its log's (entries beyond it were written by
+    /// a commit that also wrote this record, so this always equals the base plus the log's length).
     pub(crate) item_count: u64,
     pub(crate) state: Value,
     pub(crate) spend: Spend,
@@ -105,6 +117,9 @@ pub(crate) struct StateRecord {
     /// Open `call_model` steps, by ledger path.
     #[serde(default)]
     pub(crate) cursors: BTreeMap<String, Cursor>,
+    /// The message ids of the session steers the context has applied or dropped so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) steers_taken: Vec<String>,
 }
 
 /// Where an open `call_model` step stands: enough to continue its rounds after a crash without asking

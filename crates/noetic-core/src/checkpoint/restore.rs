@@ -34,7 +34,7 @@ fn corrupt(execution_id: &str, key: String, problem: impl std::fmt::Display) -> 
 
 /// Parses a row, checking its `schema_version` first when it has one, so a newer format is named as
 /// such rather than as corrupt.
-fn parse<T: DeserializeOwned>(execution_id: &str, key: &str, bytes: &[u8]) -> Result<T> {
+pub(crate) fn parse<T: DeserializeOwned>(execution_id: &str, key: &str, bytes: &[u8]) -> Result<T> {
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|error| corrupt(execution_id, key.to_owned(), error))?;
     if let Some(found) = value.get("schema_version") {
@@ -93,12 +93,39 @@ pub(crate) async fn load(store: &dyn DurableStore, execution_id: &str) -> Result
         spend: Default::default(),
         step_count: 0,
         cursors: Default::default(),
+        steers_taken: Vec::new(),
     });
-    let log = items_log(execution_id);
     let mut items = Vec::new();
+    if let Some(base) = &header.base {
+        for entry in store.read_log(&base.log, 0).await? {
+            if entry.seq >= base.count {
+                break;
+            }
+            let key = format!("{}#{}", base.log, entry.seq);
+            if entry.seq != items.len() as u64 {
+                return Err(corrupt(execution_id, key, "the base log has a gap"));
+            }
+            let item: Item = serde_json::from_slice(&entry.value)
+                .map_err(|error| corrupt(execution_id, key, error))?;
+            items.push(item);
+        }
+        if items.len() as u64 != base.count {
+            return Err(corrupt(
+                execution_id,
+                base.log.clone(),
+                format!(
+                    "{} items in the base log, {} expected",
+                    items.len(),
+                    base.count
+                ),
+            ));
+        }
+    }
+    let offset = items.len() as u64;
+    let log = items_log(execution_id);
     for entry in store.read_log(&log, 0).await? {
         let key = format!("{log}#{}", entry.seq);
-        if entry.seq != items.len() as u64 {
+        if entry.seq + offset != items.len() as u64 {
             return Err(corrupt(execution_id, key, "the item log has a gap"));
         }
         let item: Item = serde_json::from_slice(&entry.value)

@@ -23,6 +23,8 @@ pub struct RestoreOptions {
     pub event_sink: Option<Arc<dyn EventSink>>,
     /// The restored context's layers (default: the runtime's).
     pub layers: Option<Vec<Arc<dyn ContextLayer>>>,
+    /// A resumed session turn's steer inbox and transcript (set by the session runner).
+    pub(crate) turn: Option<(Arc<crate::session::SteerInbox>, Arc<super::Transcript>)>,
 }
 
 impl RestoreOptions {
@@ -70,6 +72,12 @@ impl CheckpointSource for Context {
             state: self.state(),
             spend: self.spend(),
             step_count: self.step_count(),
+            steers_taken: self
+                .inner
+                .steers
+                .as_ref()
+                .map(|inbox| inbox.taken())
+                .unwrap_or_default(),
         }
     }
 }
@@ -118,6 +126,12 @@ impl Context {
             items,
             ..
         } = restored;
+        let (steers, transcript) = match options.turn {
+            Some((inbox, transcript)) => {
+                (Some(inbox), Some(super::TranscriptRef::Root(transcript)))
+            }
+            None => (None, None),
+        };
         let layers: Arc<[Arc<dyn ContextLayer>]> = match options.layers {
             Some(layers) => layers.into(),
             None => runtime.layers(),
@@ -131,8 +145,8 @@ impl Context {
                 items,
                 sink: options.event_sink,
                 layers: Some(layers),
-                steers: None,
-                transcript: None,
+                steers,
+                transcript,
                 id: Some(header.execution_id),
                 journal,
             },

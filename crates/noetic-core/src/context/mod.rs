@@ -56,6 +56,8 @@ pub struct ContextOptions {
     /// runner; children join their parent's).
     pub(crate) transcript: Option<Arc<Transcript>>,
     pub(crate) metadata: Option<Value>,
+    /// On a durable runtime: where the first items are recorded already (a session turn's history).
+    pub(crate) durable_base: Option<crate::checkpoint::Base>,
 }
 
 impl ContextOptions {
@@ -293,6 +295,7 @@ impl Context {
             steers,
             transcript,
             metadata,
+            durable_base,
         } = options;
         let transcript = match transcript {
             Some(transcript) => Some(TranscriptRef::Root(transcript)),
@@ -319,20 +322,18 @@ impl Context {
             }),
             None => {
                 let id = crate::id::new_id();
-                // Session turns record through their session, not as executions of their own.
-                let journal =
-                    runtime
-                        .durability()
-                        .filter(|_| transcript.is_none())
-                        .map(|durability| {
-                            Arc::new(crate::checkpoint::Journal::new(
-                                durability.clone(),
-                                id.clone(),
-                                metadata.unwrap_or(Value::Null),
-                                thread_id.clone(),
-                                resource_id.clone(),
-                            ))
-                        });
+                // Every root on a durable runtime is an execution; a session turn's starts with its
+                // thread's history (`durable_base`).
+                let journal = runtime.durability().map(|durability| {
+                    Arc::new(crate::checkpoint::Journal::new(
+                        durability.clone(),
+                        id.clone(),
+                        metadata.unwrap_or(Value::Null),
+                        thread_id.clone(),
+                        resource_id.clone(),
+                        durable_base,
+                    ))
+                });
                 Context::make(
                     Fields {
                         layers: Some(layers.unwrap_or_else(|| runtime.layers())),

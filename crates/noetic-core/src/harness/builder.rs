@@ -27,6 +27,7 @@ pub struct AgentHarnessBuilder {
     agent_graph: Option<(Arc<StepNode>, GraphTypes)>,
     default_delivery_mode: DeliveryMode,
     workflow_registry: WorkflowRegistry,
+    session_idle_ttl: std::time::Duration,
 }
 
 impl AgentHarness {
@@ -49,6 +50,7 @@ impl AgentHarness {
             agent_graph: None,
             default_delivery_mode: DeliveryMode::NextTurn,
             workflow_registry: WorkflowRegistry::default(),
+            session_idle_ttl: crate::session::DEFAULT_SESSION_IDLE_TTL,
         }
     }
 }
@@ -156,6 +158,15 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// How long a session of a durable harness stays in memory after its last use (no turn, nothing
+    /// queued, no subscriber) before it is evicted; its next use reads it back from the store
+    /// (default [`crate::session::DEFAULT_SESSION_IDLE_TTL`], 10 minutes). So the threads one host
+    /// serves are bounded by storage, not memory. Sessions without a durable store stay.
+    pub fn session_idle_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.session_idle_ttl = ttl;
+        self
+    }
+
     /// How much of each execution's step ledger is kept (see
     /// [`crate::RuntimeBuilder::ledger_retention`]).
     pub fn ledger_retention(mut self, retention: crate::LedgerRetention) -> Self {
@@ -178,7 +189,7 @@ impl AgentHarnessBuilder {
                 agent_graph: self.agent_graph,
                 default_delivery_mode: self.default_delivery_mode,
                 workflow_registry: self.workflow_registry,
-                sessions: Sessions::default(),
+                sessions: Arc::new(Sessions::new(self.session_idle_ttl)),
                 tasks: TaskTracker::new(),
             }),
         })

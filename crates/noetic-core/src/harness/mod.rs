@@ -43,7 +43,7 @@ struct HarnessInner {
     default_delivery_mode: DeliveryMode,
     /// What workflow documents' names resolve to (`parse_and_run_workflow`).
     workflow_registry: WorkflowRegistry,
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
     /// The session runner tasks; tracked so none is detached from the harness.
     tasks: TaskTracker,
 }
@@ -226,7 +226,7 @@ impl AgentHarness {
             .map(|(node, _)| node.clone())
     }
 
-    fn sessions(&self) -> &Sessions {
+    fn sessions(&self) -> &Arc<Sessions> {
         &self.inner.sessions
     }
 

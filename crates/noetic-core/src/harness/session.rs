@@ -25,12 +25,21 @@ impl AgentHarness {
     /// Queues `input` on the thread's session and returns once it is accepted — before the model
     /// answers. Turns run one at a time per thread; see [`crate::session`] for delivery modes.
     ///
+    /// On a durable harness ([`crate::AgentHarnessBuilder::durable`]) it returns only once the message
+    /// is recorded, so a crash after it loses nothing; the first use of a thread by this harness reads
+    /// it back from the store and first finishes a turn a crash interrupted (with the steers it had
+    /// been sent), then whatever was queued.
+    ///
     /// # Errors
     /// [`Error::NoStepConfigured`] when the harness has no agent graph; [`Error::InvalidArgument`]
-    /// (`input`) for empty text or an empty item list. Nothing is queued then.
+    /// (`input`) for empty text or an empty item list. On a durable harness, [`Error::LeaseHeld`]
+    /// while another harness holds the thread, [`Error::LeaseLost`] when one took it over, corrupt
+    /// rows and storage errors. Nothing is queued then.
     ///
     /// # Cancel safety
-    /// Cancel safe: the message is queued before the first await point (there is none).
+    /// Without a durable store the message is queued before the first await point (there is none).
+    /// On a durable harness, dropping the future before it returns may leave the message recorded
+    /// (it then runs on the thread's next read-back) or not at all.
     pub async fn execute(&self, input: impl Into<Input>, options: ExecuteOptions) -> Result<()> {
         let graph = self.agent_graph_node().ok_or(Error::NoStepConfigured)?;
         let items = input.into().into_items();
@@ -44,7 +53,6 @@ impl AgentHarness {
             });
         }
         let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
-        let session = self.sessions().get_or_create(thread_id);
         let message = Message {
             id: options
                 .message_id
@@ -54,9 +62,89 @@ impl AgentHarness {
                 .delivery_mode
                 .unwrap_or_else(|| self.default_delivery_mode()),
             resource_id: options.resource_id,
+            seq: None,
         };
-        session.enqueue(self.runtime(), self.tasks(), graph, message);
-        Ok(())
+        loop {
+            let session = self
+                .sessions()
+                .get_or_load(self.runtime(), self.tasks(), Some(&graph), thread_id)
+                .await?;
+            // `false`: evicted between the look-up and the write; look it up again.
+            if session
+                .accept(self.runtime(), self.tasks(), graph.clone(), message.clone())
+                .await?
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads back every thread of the durable store with unfinished work (a turn a crash interrupted,
+    /// or accepted messages no turn has taken) and starts it: each resumes its interrupted turn
+    /// first, with the steers it had been sent, then runs what was queued. Returns their thread ids.
+    /// A thread another harness holds is skipped (with a warning) and not listed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without a durable store; [`Error::NoStepConfigured`] without an
+    /// agent graph; storage errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a thread read back before the cut keeps running.
+    pub async fn recover(&self) -> Result<Vec<String>> {
+        let graph = self.agent_graph_node().ok_or(Error::NoStepConfigured)?;
+        let durability = self
+            .runtime()
+            .durability()
+            .ok_or_else(|| Error::InvalidArgument {
+                argument: "durable",
+                message: "this harness has no durable store: build it with `.durable(store)`"
+                    .to_owned(),
+            })?;
+        let mut recovered = Vec::new();
+        for thread_id in crate::session::threads_with_work(durability).await? {
+            match self
+                .sessions()
+                .get_or_load(self.runtime(), self.tasks(), Some(&graph), &thread_id)
+                .await
+            {
+                Ok(_) => recovered.push(thread_id),
+                Err(
+                    error @ (Error::LeaseHeld { .. }
+                    | Error::CheckpointCorrupt { .. }
+                    | Error::CheckpointSchemaMismatch { .. }),
+                ) => {
+                    tracing::warn!(%thread_id, %error, "thread not recovered");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(recovered)
+    }
+
+    /// Reads back thread `thread_id` from the durable store (when this harness has not yet) and
+    /// starts its unfinished work, as the first `execute` on it would; afterwards its history, status
+    /// and usage are readable. Without a durable store it only makes sure the session exists.
+    ///
+    /// # Errors
+    /// As [`AgentHarness::execute`] for a durable thread.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn load_thread(&self, thread_id: &str) -> Result<()> {
+        let graph = self.agent_graph_node();
+        self.sessions()
+            .get_or_load(self.runtime(), self.tasks(), graph.as_ref(), thread_id)
+            .await
+            .map(|_| ())
+    }
+
+    /// Evicts every durable session idle (no turn running, nothing queued, no event subscriber) for
+    /// at least `older_than`: it leaves memory, its thread lease is released, and its next use reads
+    /// it back. The harness does this by itself after
+    /// [`crate::AgentHarnessBuilder::session_idle_ttl`]; returns how many were evicted. Sessions of a
+    /// harness without a durable store are never evicted (they would be lost).
+    pub async fn evict_idle_sessions(&self, older_than: std::time::Duration) -> usize {
+        self.sessions().evict_idle(older_than).await
     }
 
     /// Waits until the thread is idle with an empty queue, then returns the last turn's response.

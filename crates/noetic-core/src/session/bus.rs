@@ -175,6 +175,11 @@ impl EventBus {
     }
 
     /// A subscription starting where `replay` says.
+    /// How many subscriptions are live.
+    pub(crate) fn subscriber_count(&self) -> usize {
+        crate::sync::lock(&self.ring).subscribers
+    }
+
     pub(crate) fn subscribe(self: &Arc<Self>, replay: Replay) -> Subscription {
         let mut ring = self.ring();
         let cursor = match replay {

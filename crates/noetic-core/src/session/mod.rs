@@ -17,7 +17,9 @@
 
 mod api;
 mod bus;
+mod durable;
 mod runner;
+mod sessions;
 mod steer;
 mod streams;
 
@@ -29,7 +31,10 @@ pub use bus::{
 pub use steer::OnSteer;
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
-pub(crate) use runner::{Message, Sessions};
+pub(crate) use durable::threads_with_work;
+pub(crate) use runner::Message;
+pub use sessions::DEFAULT_SESSION_IDLE_TTL;
+pub(crate) use sessions::Sessions;
 pub(crate) use steer::{Applied, SteerInbox};
 pub(crate) use streams::{item_snapshots, text_chunks};
 

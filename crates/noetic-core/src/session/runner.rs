@@ -2,8 +2,8 @@
 //! messages into turns, one at a time.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -11,8 +11,9 @@ use tokio::sync::watch;
 use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
+use super::durable::{LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
 use super::steer::SteerInbox;
-use crate::context::{Context, ContextOptions, Transcript};
+use crate::context::{Context, ContextOptions, RestoreOptions, Transcript};
 use crate::event::{FrameworkEvent, StreamEvent};
 use crate::item::Item;
 use crate::runtime::Runtime;
@@ -38,57 +39,44 @@ pub(crate) struct Message {
     pub(crate) items: Vec<Item>,
     pub(crate) mode: DeliveryMode,
     pub(crate) resource_id: Option<String>,
-}
-
-/// All sessions of a harness, by thread id.
-#[derive(Default)]
-pub(crate) struct Sessions {
-    map: Mutex<HashMap<String, Arc<Session>>>,
-}
-
-impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        crate::sync::lock(&self.map)
-    }
-
-    /// The session of `thread_id`, created when missing.
-    pub(crate) fn get_or_create(&self, thread_id: &str) -> Arc<Session> {
-        self.map()
-            .entry(thread_id.to_owned())
-            .or_insert_with(|| Arc::new(Session::new(thread_id.to_owned())))
-            .clone()
-    }
-
-    /// The session of `thread_id`, without creating one.
-    pub(crate) fn get(&self, thread_id: &str) -> Option<Arc<Session>> {
-        self.map().get(thread_id).cloned()
-    }
-
-    /// How many sessions exist.
-    pub(crate) fn len(&self) -> usize {
-        self.map().len()
-    }
+    /// Its sequence number in the thread's durable message log.
+    pub(crate) seq: Option<u64>,
 }
 
 /// One thread's session.
 pub(crate) struct Session {
-    thread_id: String,
+    pub(super) thread_id: String,
     bus: Arc<EventBus>,
     state: Mutex<State>,
     /// Bumped after every change a waiter may care about (turn end, runner stop).
     changed: watch::Sender<u64>,
+    /// On a durable runtime, the thread's durable side, once read back.
+    pub(super) journal: OnceLock<ThreadJournal>,
+    /// Held while the thread is read back.
+    pub(super) loading: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
-struct State {
+pub(super) struct State {
     queue: VecDeque<Message>,
     history: Vec<Item>,
     running: Option<Running>,
     runner_active: bool,
     last: Option<std::result::Result<LastTurn, Arc<Error>>>,
     spend: Spend,
-    /// Whether the history was seeded (`seed_session_history`).
+    /// Whether the history was seeded (`seed_session_history`) or read back.
     seeded: bool,
+    /// Whether `history` is what the thread's durable history log holds (a durable turn then records
+    /// only its own items).
+    history_stored: bool,
+    /// The turn a crash interrupted, resumed before anything queued.
+    resume: Option<ResumeTurn>,
+    /// The durable sequence numbers of the steers handed to the running turn.
+    steer_seqs: HashMap<String, u64>,
+    /// Evicted: no longer in the harness's map; a caller holding it must look the thread up again.
+    pub(super) evicted: bool,
+    /// When it was last used (a message accepted, a turn ended).
+    last_used: Option<tokio::time::Instant>,
 }
 
 struct Running {
@@ -100,16 +88,119 @@ struct Running {
 }
 
 impl Session {
-    fn new(thread_id: String) -> Self {
+    pub(super) fn new(thread_id: String) -> Self {
         Session {
             thread_id,
             bus: Arc::new(EventBus::new(Limits::default())),
             state: Mutex::new(State::default()),
             changed: watch::Sender::new(0),
+            journal: OnceLock::new(),
+            loading: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    /// Takes what was read back of the thread (the first time a durable harness touches it).
+    pub(super) fn install(&self, loaded: LoadedThread) {
+        let LoadedThread {
+            journal,
+            history,
+            queue,
+            resume,
+            spend,
+            last,
+        } = loaded;
+        let mut state = self.state();
+        // A history seeded in memory before the first durable use stays (the first turn records it).
+        if !(state.seeded && history.is_empty()) {
+            state.history = history;
+            state.history_stored = true;
+        }
+        state.seeded = true;
+        state.spend += spend;
+        if let Some(LastRecord { output, spend }) = last {
+            state.last = Some(Ok(LastTurn::keep(HarnessResponse {
+                items: Vec::new(),
+                usage: spend.usage,
+                cost: spend.cost,
+                text: match &output {
+                    Value::String(text) => text.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                },
+                output,
+                last_layer_usage: Vec::new(),
+            })));
+        }
+        state.queue.extend(queue);
+        state.resume = resume;
+        state.last_used = Some(tokio::time::Instant::now());
+        drop(state);
+        // Installed under `loading`, once.
+        let _ = self.journal.set(journal);
+    }
+
+    /// Starts the runner when there is work and none runs.
+    pub(super) fn start_runner(
+        self: &Arc<Self>,
+        runtime: &Arc<Runtime>,
+        tasks: &TaskTracker,
+        graph: &Arc<StepNode>,
+    ) {
+        let mut state = self.state();
+        if state.runner_active || (state.queue.is_empty() && state.resume.is_none()) {
+            return;
+        }
+        state.runner_active = true;
+        drop(state);
+        tasks.spawn(run_session(self.clone(), runtime.clone(), graph.clone()));
+    }
+
+    pub(super) fn evictable(&self, older_than: Duration) -> bool {
+        self.journal.get().is_some() && self.evictable_locked(&self.state(), older_than)
+    }
+
+    pub(super) fn evictable_locked(&self, state: &State, older_than: Duration) -> bool {
+        !state.runner_active
+            && state.running.is_none()
+            && state.queue.is_empty()
+            && state.resume.is_none()
+            && !state.evicted
+            && state
+                .last_used
+                .is_none_or(|used| used.elapsed() >= older_than)
+            && self.bus.subscriber_count() == 0
+    }
+
+    /// Records `message` durably (on a durable thread), then queues it as [`Session::enqueue`].
+    /// Returns `Ok(false)` when the session was evicted meanwhile: look the thread up again.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when another runtime took the thread; storage errors. Nothing is queued
+    /// then.
+    pub(crate) async fn accept(
+        self: &Arc<Self>,
+        runtime: &Arc<Runtime>,
+        tasks: &TaskTracker,
+        graph: Arc<StepNode>,
+        mut message: Message,
+    ) -> Result<bool> {
+        let Some(journal) = self.journal.get() else {
+            self.enqueue(runtime, tasks, graph, message);
+            return Ok(true);
+        };
+        let mut writer = journal.writer().await;
+        if self.state().evicted {
+            return Ok(false);
+        }
+        message.seq = Some(journal.accept(&mut writer, &message).await?);
+        self.state().last_used = Some(tokio::time::Instant::now());
+        // Queued while the writer is held, so a turn's start or end records it consistently.
+        self.enqueue(runtime, tasks, graph, message);
+        drop(writer);
+        Ok(true)
+    }
+
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
         crate::sync::lock(&self.state)
     }
 
@@ -136,10 +227,14 @@ impl Session {
         graph: Arc<StepNode>,
         message: Message,
     ) {
-        let mut state = self.state();
+        let mut guard = self.state();
+        let state = &mut *guard;
         let running = state.running.as_mut().filter(|running| !running.aborting);
         match (message.mode, running) {
             (DeliveryMode::BetweenRounds | DeliveryMode::NextItem, Some(running)) => {
+                if let Some(seq) = message.seq {
+                    state.steer_seqs.insert(message.id.clone(), seq);
+                }
                 running.inbox.push(Steer {
                     message_id: message.id,
                     mode: message.mode,
@@ -156,7 +251,7 @@ impl Session {
         }
         if !state.runner_active {
             state.runner_active = true;
-            drop(state);
+            drop(guard);
             tasks.spawn(run_session(self.clone(), runtime.clone(), graph));
         }
     }
@@ -298,49 +393,143 @@ async fn run_session(session: Arc<Session>, runtime: Arc<Runtime>, graph: Arc<St
     while run_turn(&session, &runtime, &graph).await {}
 }
 
-/// Runs one turn for every queued message; returns `false` (the runner stops) when none is queued.
+/// Runs one turn: the turn a crash interrupted when there is one, else one for every queued message;
+/// returns `false` (the runner stops) when there is nothing to run.
 async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<StepNode>) -> bool {
+    let journal = session.journal.get();
+    // A durable thread's writer is held while the turn starts, so what the start records (the batch,
+    // the queue) is what memory holds.
+    let mut writer = match journal {
+        Some(journal) => Some(journal.writer().await),
+        None => None,
+    };
+    let resume = session.state().resume.take();
+    let mut restored = None;
+    let mut begun: Result<()> = Ok(());
+    if let (Some(resume), Some(durability)) = (&resume, runtime.durability()) {
+        match crate::checkpoint::load(&*durability.store, &resume.execution_id).await {
+            Ok(found) => restored = Some(found),
+            // Cut before its execution recorded anything: it starts afresh.
+            Err(Error::CheckpointNotFound { .. }) => {}
+            Err(error) => begun = Err(error),
+        }
+    }
+    let was_restored = restored.is_some();
+
     // The batch is taken and the turn marked running under one lock: a message sent meanwhile either
     // is in the batch or meets the running turn (a steer joins it, an interrupt aborts it), never a
     // turn that is about to start without it.
-    let (turn_id, started, inbox, ctx, message_ids, inputs, transcript, history_start, turn_start) = {
-        let mut state = session.state();
-        if state.queue.is_empty() {
-            state.runner_active = false;
-            drop(state);
-            session.bump();
-            return false;
-        }
-        let turn_id = crate::id::new_id();
+    let (
+        turn_id,
+        started,
+        inbox,
+        ctx,
+        message_ids,
+        inputs,
+        transcript,
+        history_start,
+        turn_start,
+        begin,
+    ) = {
+        let mut guard = session.state();
+        let state = &mut *guard;
+        let (turn_id, batch, resumed_steers) = match resume {
+            Some(resume) if !resume.messages.is_empty() => {
+                (resume.turn_id, resume.messages, resume.steers)
+            }
+            _ => {
+                if state.queue.is_empty() {
+                    state.runner_active = false;
+                    drop(guard);
+                    drop(writer);
+                    session.bump();
+                    return false;
+                }
+                (
+                    crate::id::new_id(),
+                    state.queue.drain(..).collect::<Vec<_>>(),
+                    Vec::new(),
+                )
+            }
+        };
         let started = tokio::time::Instant::now();
-        let inbox = Arc::new(SteerInbox::new(runtime.on_steer_hook(), Vec::new()));
-        let batch: Vec<Message> = state.queue.drain(..).collect();
         let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
         let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
+        let batch_seqs: Vec<u64> = batch.iter().filter_map(|message| message.seq).collect();
         let inputs: Arc<[Item]> = batch
             .into_iter()
             .flat_map(|message| message.items)
             .collect();
         let history_start = state.history.len();
-        let mut items = state.history.clone();
-        items.extend(inputs.iter().cloned());
         // Where the turn's own items start in its root log: after the history and the messages.
-        let turn_start = items.len();
+        let turn_start = history_start + inputs.len();
         let transcript = Arc::new(Transcript::default());
-        let mut options = ContextOptions::new()
-            .thread_id(session.thread_id.clone())
-            .items(items);
-        options.resource_id = resource_id;
-        options.event_sink = Some(session.bus.clone());
-        options.steers = Some(inbox.clone());
-        options.transcript = Some(transcript.clone());
-        let ctx = Context::new(runtime.clone(), options);
+        let taken = restored
+            .as_ref()
+            .map(|restored: &crate::checkpoint::Restored| restored.state.steers_taken.clone())
+            .unwrap_or_default();
+        let pending: Vec<Steer> = resumed_steers
+            .into_iter()
+            .filter(|message| !taken.contains(&message.id))
+            .map(|message| {
+                if let Some(seq) = message.seq {
+                    state.steer_seqs.insert(message.id.clone(), seq);
+                }
+                Steer {
+                    message_id: message.id,
+                    mode: message.mode,
+                    items: message.items,
+                }
+            })
+            .collect();
+        let requested = restored
+            .as_ref()
+            .is_some_and(|restored| restored.items.len() > turn_start);
+        let inbox = Arc::new(SteerInbox::resumed(
+            runtime.on_steer_hook(),
+            pending,
+            taken,
+            requested,
+        ));
+        let ctx = match restored {
+            Some(restored) => {
+                let mut options = RestoreOptions::new().event_sink(session.bus.clone());
+                options.turn = Some((inbox.clone(), transcript.clone()));
+                Context::restored(runtime.clone(), restored, options)
+            }
+            None => {
+                let mut items = state.history.clone();
+                items.extend(inputs.iter().cloned());
+                let mut options = ContextOptions::new()
+                    .thread_id(session.thread_id.clone())
+                    .items(items);
+                options.resource_id = resource_id;
+                options.event_sink = Some(session.bus.clone());
+                options.steers = Some(inbox.clone());
+                options.transcript = Some(transcript.clone());
+                if let (Some(journal), Some(writer)) = (journal, writer.as_deref())
+                    && state.history_stored
+                {
+                    options.durable_base = Some(journal.base(writer));
+                }
+                Context::new(runtime.clone(), options)
+            }
+        };
         state.running = Some(Running {
             turn_id: turn_id.clone(),
             ctx: ctx.clone(),
             inbox: inbox.clone(),
             started_at: SystemTime::now(),
             aborting: false,
+        });
+        // What the store records of the start: the batch and what still waits.
+        let begin = (journal.is_some() && !was_restored).then(|| {
+            let queued: Vec<u64> = state
+                .queue
+                .iter()
+                .filter_map(|message| message.seq)
+                .collect();
+            (batch_seqs, queued)
         });
         (
             turn_id,
@@ -352,8 +541,17 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
             transcript,
             history_start,
             turn_start,
+            begin,
         )
     };
+    if let (Some(journal), Some(writer), Some((batch, queued)), Ok(())) =
+        (journal, writer.as_deref_mut(), begin, &begun)
+    {
+        begun = journal
+            .begin_turn(writer, &turn_id, ctx.id(), batch, queued)
+            .await;
+    }
+    drop(writer);
     session.bus.publish_turn_start(FrameworkEvent::TurnStarted {
         turn_id: turn_id.clone(),
         message_ids,
@@ -377,13 +575,37 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
 
     // The one run protocol (`exec`), then the turn's end closes its context (its layers complete,
     // children first); nothing was initialized when the protocol failed before running.
-    let result = crate::exec::run(&ctx, graph, Value::String(text), Origin::Turn(inputs)).await;
+    let input = Value::String(text);
+    let mut result: Result<Value> = begun.map(|()| Value::Null);
+    let mut waits = 0;
+    while result.is_ok() {
+        result = crate::exec::run(&ctx, graph, input.clone(), Origin::Turn(inputs.clone())).await;
+        match &result {
+            // The thread is ours, but a dead holder's lease on the turn's execution outlives its
+            // thread lease by a moment: wait it out (bounded) rather than fail the turn.
+            Err(Error::LeaseHeld { expires_at_ms, .. }) if was_restored && waits < 3 => {
+                waits += 1;
+                let wait = expires_at_ms.saturating_sub(crate::checkpoint::now_ms()) + 1;
+                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                result = Ok(Value::Null);
+            }
+            _ => break,
+        }
+    }
     let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
     crate::layer::lifecycle::close(&ctx, outcome).await;
+    if let Some(journal) = ctx.journal() {
+        journal.release().await;
+    }
 
     let duration_ms = started.elapsed().as_millis() as u64;
-    {
-        let mut state = session.state();
+    let mut writer = match journal {
+        Some(journal) => Some(journal.writer().await),
+        None => None,
+    };
+    let end = {
+        let mut guard = session.state();
+        let state = &mut *guard;
         state.running = None;
         // Drained under the session lock, after `running` is cleared: `enqueue` hands a steer to the
         // running turn under the same lock, so a steer sent as the turn ends is either drained here or
@@ -395,19 +617,29 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
         let mut history = transcript.assemble(ctx.take_items(), turn_start);
         // Steers still held were never seen by the model: they start the next turn, in order.
         for steer in held.into_iter().rev() {
+            let seq = state.steer_seqs.get(&steer.message_id).copied();
             state.queue.push_front(Message {
                 id: steer.message_id,
                 items: steer.items,
                 mode: DeliveryMode::NextTurn,
                 resource_id: None,
+                seq,
             });
         }
+        state.steer_seqs.clear();
+        let mut last = None;
         let event = match result {
             Ok(output) => {
                 // A cancelled child (a losing race path) may have left calls it never ran; earlier turns'
                 // calls were answered when they ended.
                 answer_unanswered_calls(&mut history, history_start, CANCELLED_CALL_OUTPUT);
                 let spend = ctx.spend();
+                if journal.is_some() {
+                    last = Some(LastRecord {
+                        output: output.clone(),
+                        spend,
+                    });
+                }
                 // `items` and `text` are filled in when the response is read (`LastTurn`): an idle
                 // session keeps neither a second copy of its history nor of its answer.
                 let response = HarnessResponse {
@@ -444,12 +676,59 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
                 event
             }
         };
+        state.last_used = Some(tokio::time::Instant::now());
+        // What the store records of the turn's end: the history's new items (all of it when the
+        // stored one no longer matched), the queue and the spend.
+        let end = journal.map(|_| {
+            let delta = if state.history_stored {
+                HistoryDelta::Append(history_start)
+            } else {
+                HistoryDelta::Replace
+            };
+            let entries = match delta {
+                HistoryDelta::Append(from) => state.history.get(from..).unwrap_or_default(),
+                HistoryDelta::Replace => &state.history[..],
+            }
+            .iter()
+            .map(crate::checkpoint::to_bytes)
+            .collect::<Result<Vec<_>>>();
+            state.history_stored = true;
+            TurnEnd {
+                execution_id: ctx.id().to_owned(),
+                replace: matches!(delta, HistoryDelta::Replace),
+                entries,
+                history_count: state.history.len() as u64,
+                queued: state
+                    .queue
+                    .iter()
+                    .filter_map(|message| message.seq)
+                    .collect(),
+                spend: state.spend,
+                last,
+            }
+        });
         // Published before the lock is released, so whoever sees the turn gone (`abort`, `status`)
         // finds its end event already on the stream.
         session.bus.publish_turn_end(event);
+        end
+    };
+    if let (Some(journal), Some(writer), Some(end)) = (journal, writer.as_deref_mut(), end)
+        && let Err(error) = journal.end_turn(writer, end).await
+    {
+        // Memory has the turn; the store still has it in flight, so a restart resumes it again.
+        tracing::error!(thread_id = %session.thread_id, %error, "could not record the end of a turn");
     }
+    drop(writer);
     session.bump();
     true
+}
+
+/// Which of a turn's history the store gets at its end.
+enum HistoryDelta {
+    /// The items from this index on, appended.
+    Append(usize),
+    /// All of it, as a new generation.
+    Replace,
 }
 
 /// Gives every function call from `history[from..]` without an output the output `text` (saying why it

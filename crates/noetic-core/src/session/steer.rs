@@ -42,6 +42,9 @@ pub(crate) struct SteerInbox {
     /// Whether the turn has sent a model request yet (`before_round` is offered after the first).
     requested: AtomicBool,
     hook: Option<Arc<OnSteer>>,
+    /// The message ids of the steers applied or dropped so far, in order (a durable turn records them
+    /// with its checkpoints, so a resumed turn does not apply one twice).
+    taken: Mutex<Vec<String>>,
 }
 
 impl SteerInbox {
@@ -52,7 +55,27 @@ impl SteerInbox {
             count: AtomicUsize::new(count),
             requested: AtomicBool::new(false),
             hook,
+            taken: Mutex::new(Vec::new()),
         }
+    }
+
+    /// An inbox for a turn resumed after a crash: it had taken `taken` already, and `requested`
+    /// says whether it had sent a model request.
+    pub(crate) fn resumed(
+        hook: Option<Arc<OnSteer>>,
+        pending: Vec<Steer>,
+        taken: Vec<String>,
+        requested: bool,
+    ) -> Self {
+        let inbox = SteerInbox::new(hook, pending);
+        *crate::sync::lock(&inbox.taken) = taken;
+        inbox.requested.store(requested, Ordering::Release);
+        inbox
+    }
+
+    /// The message ids of the steers applied or dropped so far.
+    pub(crate) fn taken(&self) -> Vec<String> {
+        crate::sync::lock(&self.taken).clone()
     }
 
     fn pending(&self) -> MutexGuard<'_, VecDeque<Steer>> {
@@ -88,8 +111,13 @@ impl SteerInbox {
             pending.drain(..).collect()
         };
         let mut held = Vec::new();
+        let mut taken = Vec::new();
         for steer in candidates {
             let decision = self.decide(&steer, point, ctx);
+            if !matches!(decision, SteerDecision::Hold) {
+                // Applied or dropped: taken either way.
+                taken.push(steer.message_id.clone());
+            }
             match decision {
                 SteerDecision::Apply => {
                     applied.message_ids.push(steer.message_id);
@@ -105,6 +133,9 @@ impl SteerInbox {
                 }),
                 SteerDecision::Hold => held.push(steer),
             }
+        }
+        if !taken.is_empty() {
+            crate::sync::lock(&self.taken).append(&mut taken);
         }
         if !held.is_empty() {
             let mut pending = self.pending();

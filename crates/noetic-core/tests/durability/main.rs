@@ -10,5 +10,6 @@
 mod errors;
 mod ledger;
 mod resume;
+mod sessions;
 mod support;
 mod writes;

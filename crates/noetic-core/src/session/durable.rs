@@ -1,0 +1,468 @@
+//! Durable sessions: a thread's accepted messages, history and unfinished turn in a
+//! [`DurableStore`], so a harness started on the same storage carries on where a crashed one stopped.
+//!
+//! Per thread `T`:
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `thread/T/messages` | log | every accepted message (any delivery mode), appended before `execute` returns |
+//! | `thread/T/h/G/items` | log | the history, generation `G` (a new generation when a turn rewrote it) |
+//! | `thread/T/record` | record | [`ThreadRecord`]: which messages are settled or queued, the turn in flight, spend |
+//! | `thread/T` | lease | one writer per thread, fenced by its epoch |
+//!
+//! A turn is a durable execution whose context starts with the thread's history (its header's
+//! `base` names the history log), so its checkpoints write only the turn's own items. When the turn
+//! ends, its items are appended to the history log, the record settles its messages and the
+//! execution's records are cleared — in one commit.
+//!
+//! Recovery reads the record and the messages from the oldest one not settled: the turn in flight is
+//! resumed from its execution's checkpoint (its batch, plus every steer sent after it started that
+//! its checkpoint does not list as taken); the other unsettled messages are queued in order.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::DeliveryMode;
+use super::runner::Message;
+use crate::adapter::durable::{Commit, Lease, LeaseRequest};
+use crate::checkpoint::{Base, Durability, now_ms, parse, renew_if_due, to_bytes};
+use crate::item::Item;
+use crate::usage::Spend;
+use crate::{Error, Result};
+
+/// The schema version of thread records and message rows.
+const THREAD_SCHEMA_VERSION: u32 = 1;
+
+fn record_key(thread_id: &str) -> String {
+    format!("thread/{thread_id}/record")
+}
+
+fn messages_log(thread_id: &str) -> String {
+    format!("thread/{thread_id}/messages")
+}
+
+fn history_log(thread_id: &str, generation: u64) -> String {
+    format!("thread/{thread_id}/h/{generation}/items")
+}
+
+fn history_prefix(thread_id: &str, generation: u64) -> String {
+    format!("thread/{thread_id}/h/{generation}/")
+}
+
+fn lease_name(thread_id: &str) -> String {
+    format!("thread/{thread_id}")
+}
+
+/// What names a thread in a checkpoint error (its records live under this prefix).
+fn subject(thread_id: &str) -> String {
+    format!("thread/{thread_id}")
+}
+
+/// A thread's record (`thread/T/record`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ThreadRecord {
+    schema_version: u32,
+    thread_id: String,
+    history_generation: u64,
+    history_count: u64,
+    /// Every message below this sequence number is settled, except those in `queued` and in
+    /// `turn.messages`.
+    settled_through: u64,
+    /// Messages still waiting for a turn, in queue order.
+    #[serde(default)]
+    queued: Vec<u64>,
+    /// The turn in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    turn: Option<TurnRecord>,
+    /// Every turn's spend so far.
+    #[serde(default)]
+    spend: Spend,
+    /// The last completed turn's output and spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last: Option<LastRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TurnRecord {
+    turn_id: String,
+    execution_id: String,
+    /// The turn's batch: the messages it started with.
+    messages: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct LastRecord {
+    pub(crate) output: Value,
+    pub(crate) spend: Spend,
+}
+
+/// One accepted message (`thread/T/messages`).
+#[derive(Debug, Serialize, Deserialize)]
+struct MessageRow {
+    schema_version: u32,
+    id: String,
+    mode: DeliveryMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resource_id: Option<String>,
+    items: Vec<Item>,
+}
+
+/// A thread's durable side: the store, and the writer that serializes every write to the thread.
+pub(crate) struct ThreadJournal {
+    durability: Durability,
+    thread_id: String,
+    writer: tokio::sync::Mutex<ThreadWriter>,
+}
+
+/// What the thread's writes track. Held across each write, so accepts, turn starts and turn ends
+/// reach the store in the order they happen in memory.
+pub(crate) struct ThreadWriter {
+    next_seq: u64,
+    /// Whether the record is in the store (a new thread's first accept writes it).
+    stored: bool,
+    record: ThreadRecord,
+    lease: Lease,
+}
+
+/// A thread as read back.
+pub(crate) struct LoadedThread {
+    pub(crate) journal: ThreadJournal,
+    pub(crate) history: Vec<Item>,
+    pub(crate) queue: Vec<Message>,
+    pub(crate) resume: Option<ResumeTurn>,
+    pub(crate) spend: Spend,
+    pub(crate) last: Option<LastRecord>,
+}
+
+/// The turn a crash interrupted.
+pub(crate) struct ResumeTurn {
+    pub(crate) turn_id: String,
+    pub(crate) execution_id: String,
+    /// Its batch.
+    pub(crate) messages: Vec<Message>,
+    /// Steers sent after it started (some may have been taken already: the checkpoint says).
+    pub(crate) steers: Vec<Message>,
+}
+
+/// What ends a turn in the store.
+pub(crate) struct TurnEnd {
+    pub(crate) execution_id: String,
+    /// Whether `entries` are the whole history (a new generation) rather than the turn's new items.
+    pub(crate) replace: bool,
+    /// The history items to write, serialized.
+    pub(crate) entries: Result<Vec<Vec<u8>>>,
+    /// The history's length after the turn.
+    pub(crate) history_count: u64,
+    /// The queue after it, by sequence number.
+    pub(crate) queued: Vec<u64>,
+    /// The thread's whole spend.
+    pub(crate) spend: Spend,
+    pub(crate) last: Option<LastRecord>,
+}
+
+impl ThreadJournal {
+    /// Takes the thread's lease and reads it back.
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] while another runtime holds the thread; [`Error::CheckpointCorrupt`]
+    /// (naming `thread/T` and the row) or [`Error::CheckpointSchemaMismatch`] for a bad row; storage
+    /// errors.
+    pub(crate) async fn load(durability: &Durability, thread_id: &str) -> Result<LoadedThread> {
+        let store = &durability.store;
+        let lease = store
+            .acquire_lease(LeaseRequest::new(
+                &lease_name(thread_id),
+                &durability.holder,
+                durability.lease_ttl.as_millis() as u64,
+                now_ms(),
+            ))
+            .await?;
+        let subject = subject(thread_id);
+        let key = record_key(thread_id);
+        let stored_record = store.record(&key).await?;
+        let stored = stored_record.is_some();
+        let record: ThreadRecord = match stored_record {
+            Some(bytes) => parse(&subject, &key, &bytes)?,
+            None => ThreadRecord {
+                schema_version: THREAD_SCHEMA_VERSION,
+                thread_id: thread_id.to_owned(),
+                history_generation: 0,
+                history_count: 0,
+                settled_through: 0,
+                queued: Vec::new(),
+                turn: None,
+                spend: Spend::default(),
+                last: None,
+            },
+        };
+
+        let log = history_log(thread_id, record.history_generation);
+        let mut history = Vec::with_capacity(record.history_count as usize);
+        for entry in store.read_log(&log, 0).await? {
+            if entry.seq >= record.history_count {
+                break;
+            }
+            let key = format!("{log}#{}", entry.seq);
+            if entry.seq != history.len() as u64 {
+                return Err(corrupt(&subject, key, "the history log has a gap"));
+            }
+            history.push(
+                serde_json::from_slice(&entry.value)
+                    .map_err(|error| corrupt(&subject, key, error))?,
+            );
+        }
+        if history.len() as u64 != record.history_count {
+            return Err(corrupt(
+                &subject,
+                log,
+                format!(
+                    "{} items in the history log, {} in the record",
+                    history.len(),
+                    record.history_count
+                ),
+            ));
+        }
+
+        let log = messages_log(thread_id);
+        let batch: &[u64] = record.turn.as_ref().map_or(&[], |turn| &turn.messages);
+        let from = record
+            .queued
+            .iter()
+            .chain(batch)
+            .copied()
+            .fold(record.settled_through, u64::min);
+        let mut unsettled = Vec::new();
+        for entry in store.read_log(&log, from).await? {
+            let key = format!("{log}#{}", entry.seq);
+            let row: MessageRow = parse(&subject, &key, &entry.value)?;
+            unsettled.push(Message {
+                id: row.id,
+                items: row.items,
+                mode: row.mode,
+                resource_id: row.resource_id,
+                seq: Some(entry.seq),
+            });
+        }
+        let next_seq = store.next_seq(&log).await?;
+
+        let seq_of = |message: &Message| message.seq.unwrap_or(u64::MAX);
+        let pick = |seqs: &[u64], unsettled: &[Message]| -> Vec<Message> {
+            seqs.iter()
+                .filter_map(|seq| unsettled.iter().find(|message| seq_of(message) == *seq))
+                .cloned()
+                .collect()
+        };
+        let mut queue = pick(&record.queued, &unsettled);
+        let claimed: HashSet<u64> = record.queued.iter().chain(batch).copied().collect();
+        let fresh = unsettled.iter().filter(|message| {
+            seq_of(message) >= record.settled_through && !claimed.contains(&seq_of(message))
+        });
+        let resume = match &record.turn {
+            Some(turn) => {
+                let mut steers = Vec::new();
+                for message in fresh {
+                    if matches!(
+                        message.mode,
+                        DeliveryMode::BetweenRounds | DeliveryMode::NextItem
+                    ) {
+                        steers.push(message.clone());
+                    } else {
+                        queue.push(message.clone());
+                    }
+                }
+                Some(ResumeTurn {
+                    turn_id: turn.turn_id.clone(),
+                    execution_id: turn.execution_id.clone(),
+                    messages: pick(&turn.messages, &unsettled),
+                    steers,
+                })
+            }
+            None => {
+                queue.extend(fresh.cloned());
+                None
+            }
+        };
+        Ok(LoadedThread {
+            history,
+            queue,
+            resume,
+            spend: record.spend,
+            last: record.last.clone(),
+            journal: ThreadJournal {
+                durability: durability.clone(),
+                thread_id: thread_id.to_owned(),
+                writer: tokio::sync::Mutex::new(ThreadWriter {
+                    next_seq,
+                    stored,
+                    record,
+                    lease,
+                }),
+            },
+        })
+    }
+
+    /// The writer, held across one write (or an accept and its enqueue).
+    pub(crate) async fn writer(&self) -> tokio::sync::MutexGuard<'_, ThreadWriter> {
+        self.writer.lock().await
+    }
+
+    /// The writer when no write holds it.
+    pub(crate) fn try_writer(&self) -> Option<tokio::sync::MutexGuard<'_, ThreadWriter>> {
+        self.writer.try_lock().ok()
+    }
+
+    /// Where a turn's context starts: the thread's current history log.
+    pub(crate) fn base(&self, writer: &ThreadWriter) -> Base {
+        Base {
+            log: history_log(&self.thread_id, writer.record.history_generation),
+            count: writer.record.history_count,
+        }
+    }
+
+    async fn commit(&self, writer: &mut ThreadWriter, commit: Commit) -> Result<()> {
+        self.renew(writer).await?;
+        self.durability
+            .store
+            .commit(commit.fenced(Some(writer.lease.fence())))
+            .await
+    }
+
+    /// Renews the thread's lease when half of it has passed.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when another runtime took the thread; storage errors.
+    pub(crate) async fn renew(&self, writer: &mut ThreadWriter) -> Result<()> {
+        if let Some(renewed) = renew_if_due(&self.durability, &writer.lease).await? {
+            writer.lease = renewed;
+        }
+        Ok(())
+    }
+
+    /// Records an accepted message; returns its sequence number.
+    pub(crate) async fn accept(&self, writer: &mut ThreadWriter, message: &Message) -> Result<u64> {
+        let row = MessageRow {
+            schema_version: THREAD_SCHEMA_VERSION,
+            id: message.id.clone(),
+            mode: message.mode,
+            resource_id: message.resource_id.clone(),
+            items: message.items.clone(),
+        };
+        let seq = writer.next_seq;
+        let mut commit =
+            Commit::new().append(messages_log(&self.thread_id), seq, vec![to_bytes(&row)?]);
+        if !writer.stored {
+            // So `recover` finds the thread even when it crashed before its first turn started.
+            commit = commit.put(record_key(&self.thread_id), to_bytes(&writer.record)?);
+        }
+        self.commit(writer, commit).await?;
+        writer.next_seq += 1;
+        writer.stored = true;
+        Ok(seq)
+    }
+
+    /// Records that turn `turn_id` (execution `execution_id`) started with the messages `batch`;
+    /// `queued` is what still waits.
+    pub(crate) async fn begin_turn(
+        &self,
+        writer: &mut ThreadWriter,
+        turn_id: &str,
+        execution_id: &str,
+        batch: Vec<u64>,
+        queued: Vec<u64>,
+    ) -> Result<()> {
+        let mut record = writer.record.clone();
+        record.turn = Some(TurnRecord {
+            turn_id: turn_id.to_owned(),
+            execution_id: execution_id.to_owned(),
+            messages: batch,
+        });
+        record.settled_through = writer.next_seq;
+        record.queued = queued;
+        let commit = Commit::new().put(record_key(&self.thread_id), to_bytes(&record)?);
+        self.commit(writer, commit).await?;
+        writer.record = record;
+        writer.stored = true;
+        Ok(())
+    }
+
+    /// Records a turn's end in one commit: its items appended to the history (or a new history
+    /// generation when the turn rewrote what was there), its messages settled, the queue, the spend,
+    /// and the turn's execution cleared.
+    pub(crate) async fn end_turn(&self, writer: &mut ThreadWriter, end: TurnEnd) -> Result<()> {
+        let mut record = writer.record.clone();
+        let entries = end.entries?;
+        let mut commit = Commit::new();
+        let first_seq = if end.replace {
+            commit =
+                commit.clear_prefix(history_prefix(&self.thread_id, record.history_generation));
+            record.history_generation += 1;
+            0
+        } else {
+            record.history_count
+        };
+        commit = commit.append(
+            history_log(&self.thread_id, record.history_generation),
+            first_seq,
+            entries,
+        );
+        record.history_count = end.history_count;
+        record.turn = None;
+        record.settled_through = writer.next_seq;
+        record.queued = end.queued;
+        record.spend = end.spend;
+        if end.last.is_some() {
+            record.last = end.last;
+        }
+        commit = commit
+            .put(record_key(&self.thread_id), to_bytes(&record)?)
+            .clear_prefix(crate::checkpoint::record::prefix(&end.execution_id));
+        self.commit(writer, commit).await?;
+        writer.record = record;
+        writer.stored = true;
+        Ok(())
+    }
+
+    /// Releases the thread's lease (when its session is evicted).
+    pub(crate) async fn release(&self, writer: &ThreadWriter) {
+        if let Err(error) = self.durability.store.release_lease(&writer.lease).await {
+            tracing::warn!(thread_id = %self.thread_id, %error, "could not release the thread lease");
+        }
+    }
+}
+
+/// The ids of every thread with a record in the store, and whether each has work left (a turn in
+/// flight, queued messages, or messages accepted after the last settlement).
+pub(crate) async fn threads_with_work(durability: &Durability) -> Result<Vec<String>> {
+    let store = &durability.store;
+    let mut threads = Vec::new();
+    for (key, bytes) in store.records("thread/").await? {
+        let Some(thread_id) = key
+            .strip_prefix("thread/")
+            .and_then(|rest| rest.strip_suffix("/record"))
+        else {
+            continue;
+        };
+        let record: ThreadRecord = match parse(&subject(thread_id), &key, &bytes) {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!(thread_id, %error, "unreadable thread record");
+                continue;
+            }
+        };
+        let accepted = store.next_seq(&messages_log(thread_id)).await?;
+        if record.turn.is_some() || !record.queued.is_empty() || accepted > record.settled_through {
+            threads.push(thread_id.to_owned());
+        }
+    }
+    Ok(threads)
+}
+
+fn corrupt(subject: &str, key: String, problem: impl std::fmt::Display) -> Error {
+    Error::CheckpointCorrupt {
+        execution_id: subject.to_owned(),
+        key,
+        problem: problem.to_string(),
+    }
+}
