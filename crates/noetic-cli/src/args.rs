@@ -26,10 +26,11 @@ options:
   --output json             (run) print the turn's response as one JSON object at the end
   --allow-fs                enable the read_file, write_file and list_dir tools
   --allow-shell             enable the shell tool
-  --storage sqlite:PATH     (run, resume) record the run durably in a SQLite file; `run` prints
-                            `execution: ID` on stderr before the first model request
-  --lease-ttl-ms N          (run, resume) how long the execution's lease lasts unless renewed
-                            (default 30000)
+  --storage sqlite:PATH     (run, resume, chat) record durably in a SQLite file: `run` prints
+                            `execution: ID` on stderr before the first model request; `chat` keeps
+                            its --thread across restarts, first finishing a turn a crash cut
+  --lease-ttl-ms N          (run, resume, chat) how long the execution's or thread's lease lasts
+                            unless renewed (default 30000)
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
 
 chat commands (plain-line mode): a line is a next-turn message; /steer TEXT, /between TEXT,
@@ -176,15 +177,10 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         }
         Some(other) => return Err(format!("unknown command `{other}`")),
     };
-    if matches!(command, Command::Chat { .. } | Command::Validate { .. })
+    if matches!(command, Command::Validate { .. })
         && (options.storage.is_some() || options.lease_ttl.is_some())
     {
-        // Durable sessions (a chat thread kept across restarts) are not built yet: refuse rather than
-        // run a chat the user believes is durable.
-        return Err(
-            "--storage and --lease-ttl-ms apply to run and resume; chat threads are not durable yet"
-                .to_owned(),
-        );
+        return Err("--storage and --lease-ttl-ms apply to run, resume and chat".to_owned());
     }
     if let Some(extra) = positional.next() {
         return Err(format!("unexpected argument `{extra}`"));
@@ -268,11 +264,18 @@ mod tests {
     }
 
     #[test]
-    fn chat_refuses_storage_until_threads_are_durable() {
+    fn chat_takes_storage_and_validate_refuses_it() {
+        let (command, options) = parse(&args(
+            "chat f.json --storage sqlite:a.db --thread t --lease-ttl-ms 300",
+        ))
+        .unwrap();
+        assert!(matches!(command, Command::Chat { .. }));
+        assert_eq!(options.thread.as_deref(), Some("t"));
+        assert!(options.storage.is_some());
         assert!(
-            parse(&args("chat f.json --storage sqlite:a.db"))
+            parse(&args("validate f.json --storage sqlite:a.db"))
                 .unwrap_err()
-                .contains("not durable yet")
+                .contains("run, resume and chat")
         );
     }
 

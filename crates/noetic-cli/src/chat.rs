@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::Failure;
 use crate::args::Options;
 use crate::output::TextPrinter;
-use crate::workflow::setup;
+use crate::workflow::{read, setup, setup_document};
 
 /// What one stdin line asks for.
 #[derive(Debug, PartialEq)]
@@ -228,15 +228,41 @@ impl Threads {
 }
 
 pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(), Failure> {
-    let setup = setup(flow, options).await?;
+    let setup = match &options.storage {
+        Some(path) => {
+            let store = noetic_storage_sqlite::SqliteStorage::open(path).await?;
+            setup_document(flow, &read(flow)?, options, Some(store)).await?
+        }
+        None => setup(flow, options).await?,
+    };
     let harness = setup.harness.clone();
     let mut threads = Threads::new(&harness, options.thread.clone());
+    let result = converse(&harness, &mut threads, jsonl, options).await;
+    if options.storage.is_some() {
+        // Release the thread's lease now, not when it expires: the next `chat` on it starts at once.
+        drop(threads);
+        harness.release_idle_sessions().await;
+    }
+    result
+}
+
+async fn converse(
+    harness: &AgentHarness,
+    threads: &mut Threads,
+    jsonl: bool,
+    options: &Options,
+) -> Result<(), Failure> {
+    if options.storage.is_some() {
+        // Subscribed already: a turn a crash cut resumes now (with its pending steers) and prints,
+        // then what was queued. A live chat elsewhere on the thread fails this with LEASE_HELD.
+        harness.load_thread(&threads.own).await?;
+    }
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut text = TextPrinter::new();
     let mut quitting = false;
     let print = |event: &(Option<String>, Arc<StreamEvent>), text: &mut TextPrinter| {
         print_event(
-            &harness,
+            harness,
             event,
             options.events_jsonl,
             text,
@@ -246,7 +272,7 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
     loop {
         if quitting {
             // Let the running turns and the queued messages finish, printing their events.
-            if threads.all_idle(&harness) {
+            if threads.all_idle(harness) {
                 // Everything is published: print what this subscriber has not shown yet, then stop.
                 while let Ok(Some(event)) =
                     tokio::time::timeout(Duration::ZERO, threads.events.next()).await
@@ -288,7 +314,7 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
                     }
                     Ok(Line::Message { input, mode, thread, message_id }) => {
                         let mut execute = ExecuteOptions::default().delivery_mode(mode);
-                        execute.thread_id = Some(threads.watch(&harness, thread));
+                        execute.thread_id = Some(threads.watch(harness, thread));
                         execute.message_id = message_id;
                         harness.execute(input, execute).await?;
                     }

@@ -8,6 +8,7 @@
 
 mod chat;
 mod durable;
+mod durable_chat;
 mod examples;
 mod invalid;
 mod run;

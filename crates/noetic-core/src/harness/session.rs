@@ -144,7 +144,17 @@ impl AgentHarness {
     /// [`crate::AgentHarnessBuilder::session_idle_ttl`]; returns how many were evicted. Sessions of a
     /// harness without a durable store are never evicted (they would be lost).
     pub async fn evict_idle_sessions(&self, older_than: std::time::Duration) -> usize {
-        self.sessions().evict_idle(older_than).await
+        self.sessions().evict_idle(older_than, false).await
+    }
+
+    /// Evicts every idle durable session now, waiting for writes in progress, so their thread leases
+    /// are released: call it before the process exits, and another process can take the threads at
+    /// once instead of after the leases' TTL. Sessions still running or with queued messages stay.
+    /// Returns how many were released.
+    pub async fn release_idle_sessions(&self) -> usize {
+        self.sessions()
+            .evict_idle(std::time::Duration::ZERO, true)
+            .await
     }
 
     /// Waits until the thread is idle with an empty queue, then returns the last turn's response.

@@ -160,8 +160,9 @@ impl Session {
     }
 
     pub(super) fn evictable_locked(&self, state: &State, older_than: Duration) -> bool {
-        !state.runner_active
-            && state.running.is_none()
+        // A runner may still be active with nothing to run (about to stop): that does not hold the
+        // session; a message accepted meanwhile finds it evicted and looks the thread up again.
+        state.running.is_none()
             && state.queue.is_empty()
             && state.resume.is_none()
             && !state.evicted
@@ -271,10 +272,12 @@ impl Session {
 
     pub(crate) fn status(&self) -> SessionStatus {
         let state = self.state();
+        // A turn a crash interrupted counts as queued until it runs again.
+        let resuming = usize::from(state.resume.is_some());
         match &state.running {
-            None if state.queue.is_empty() => SessionStatus::Idle,
+            None if state.queue.is_empty() && resuming == 0 => SessionStatus::Idle,
             None => SessionStatus::Queued {
-                queued: state.queue.len(),
+                queued: state.queue.len() + resuming,
             },
             Some(running) if running.aborting => SessionStatus::Aborting {
                 turn_id: running.turn_id.clone(),
@@ -403,11 +406,16 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
         Some(journal) => Some(journal.writer().await),
         None => None,
     };
-    let resume = session.state().resume.take();
+    // The interrupted turn stays in the state (the thread shows as queued) until it runs.
+    let resume_id = session
+        .state()
+        .resume
+        .as_ref()
+        .map(|resume| resume.execution_id.clone());
     let mut restored = None;
     let mut begun: Result<()> = Ok(());
-    if let (Some(resume), Some(durability)) = (&resume, runtime.durability()) {
-        match crate::checkpoint::load(&*durability.store, &resume.execution_id).await {
+    if let (Some(execution_id), Some(durability)) = (&resume_id, runtime.durability()) {
+        match crate::checkpoint::load(&*durability.store, execution_id).await {
             Ok(found) => restored = Some(found),
             // Cut before its execution recorded anything: it starts afresh.
             Err(Error::CheckpointNotFound { .. }) => {}
@@ -433,7 +441,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
     ) = {
         let mut guard = session.state();
         let state = &mut *guard;
-        let (turn_id, batch, resumed_steers) = match resume {
+        let (turn_id, batch, resumed_steers) = match state.resume.take() {
             Some(resume) if !resume.messages.is_empty() => {
                 (resume.turn_id, resume.messages, resume.steers)
             }

@@ -95,7 +95,7 @@ impl Sessions {
     /// Evicts every durable session idle (no turn, no queue, no subscriber) for at least
     /// `older_than`: it leaves memory, its thread lease is released, and its next use reads it back.
     /// Returns how many were evicted.
-    pub(crate) async fn evict_idle(&self, older_than: Duration) -> usize {
+    pub(crate) async fn evict_idle(&self, older_than: Duration, wait_for_writes: bool) -> usize {
         let candidates: Vec<Arc<Session>> = self
             .map()
             .values()
@@ -107,9 +107,15 @@ impl Sessions {
             let Some(journal) = session.journal.get() else {
                 continue;
             };
-            // A write in progress (an accept, a turn's start or end) means it is in use.
-            let Some(writer) = journal.try_writer() else {
-                continue;
+            // A write in progress (an accept, a turn's start or end) means it is in use, unless the
+            // caller waits for it to end.
+            let writer = if wait_for_writes {
+                journal.writer().await
+            } else {
+                match journal.try_writer() {
+                    Some(writer) => writer,
+                    None => continue,
+                }
             };
             {
                 let mut map = self.map();
@@ -167,7 +173,7 @@ impl Sessions {
                     return;
                 };
                 sessions.renew_leases().await;
-                sessions.evict_idle(idle_ttl).await;
+                sessions.evict_idle(idle_ttl, false).await;
             }
         });
     }
