@@ -179,6 +179,18 @@ impl ThreadJournal {
                 now_ms(),
             ))
             .await?;
+        let read = Self::read(durability, thread_id, lease.clone()).await;
+        if read.is_err()
+            && let Err(error) = store.release_lease(&lease).await
+        {
+            tracing::warn!(thread_id, %error, "could not release the thread lease");
+        }
+        read
+    }
+
+    /// Reads the thread back, holding `lease`.
+    async fn read(durability: &Durability, thread_id: &str, lease: Lease) -> Result<LoadedThread> {
+        let store = &durability.store;
         let subject = subject(thread_id);
         let key = record_key(thread_id);
         let stored_record = store.record(&key).await?;

@@ -83,7 +83,7 @@ impl Sessions {
             if session.journal.get().is_none() {
                 let loaded = ThreadJournal::load(durability, thread_id).await?;
                 session.install(loaded);
-                self.start_keeper(runtime, tasks);
+                self.start_keeper(runtime);
             }
         }
         if let Some(graph) = graph {
@@ -152,7 +152,7 @@ impl Sessions {
 
     /// Starts (once) the task that renews thread leases and evicts idle sessions; it ends with the
     /// harness.
-    fn start_keeper(self: &Arc<Self>, runtime: &Arc<Runtime>, tasks: &TaskTracker) {
+    fn start_keeper(self: &Arc<Self>, runtime: &Arc<Runtime>) {
         let Some(durability) = runtime.durability() else {
             return;
         };
@@ -164,7 +164,9 @@ impl Sessions {
             .max(Duration::from_millis(10));
         let idle_ttl = self.idle_ttl;
         let sessions: Weak<Sessions> = Arc::downgrade(self);
-        tasks.spawn(async move {
+        // Not on the harness's task tracker: `wait_idle` waits for work, and this never ends while the
+        // harness lives (it holds only a `Weak` and stops once the harness is gone).
+        tokio::spawn(async move {
             let mut ticks = tokio::time::interval(period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -188,6 +188,8 @@ async fn an_idle_durable_session_is_evicted_and_read_back_with_its_history_on_ne
     let harness = harness(&store, &model, &counts);
     harness.execute("one", on_thread()).await.unwrap();
     harness.agent_response(Scope::thread(THREAD)).await.unwrap();
+    // The session keeper is not work `wait_idle` waits for.
+    harness.wait_idle().await;
     assert_eq!(harness.session_count(), 1);
     assert_eq!(harness.evict_idle_sessions(Duration::ZERO).await, 1);
     assert_eq!(harness.session_count(), 0);
@@ -266,4 +268,46 @@ async fn recover_lists_and_starts_the_threads_with_unfinished_work() {
     second.evict_idle_sessions(Duration::ZERO).await;
     let third = harness(&store, &model, &counts);
     assert_eq!(third.recover().await.unwrap(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_corrupt_or_newer_thread_record_is_named_and_other_threads_still_run() {
+    use noetic_core::adapter::{Commit, DurableStore};
+    let store = Arc::new(KvDurableStore::in_memory());
+    let counts = Arc::new(Counts::default());
+    let model = ScriptedModel::responding(|_| ScriptedResponse::text("fine"));
+    store
+        .commit(Commit::new().put("thread/t/record", b"{not json".to_vec()))
+        .await
+        .unwrap();
+    store
+        .commit(Commit::new().put(
+            "thread/newer/record",
+            json!({"schema_version": 99}).to_string(),
+        ))
+        .await
+        .unwrap();
+    let harness = harness(&store, &model, &counts);
+    let error = harness.execute("hi", on_thread()).await.unwrap_err();
+    assert_eq!(error.code(), "CHECKPOINT_CORRUPT", "{error}");
+    assert!(error.to_string().contains("thread/t/record"), "{error}");
+    let error = harness
+        .execute("hi", ExecuteOptions::new().thread_id("newer"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "CHECKPOINT_SCHEMA_MISMATCH", "{error}");
+    // Nothing was recorded for either, and another thread is unaffected.
+    assert_eq!(
+        store.record("thread/t/record").await.unwrap().unwrap(),
+        b"{not json"
+    );
+    harness
+        .execute("hello", ExecuteOptions::new().thread_id("other"))
+        .await
+        .unwrap();
+    let response = harness
+        .agent_response(Scope::thread("other"))
+        .await
+        .unwrap();
+    assert_eq!(response.text, "fine");
 }
