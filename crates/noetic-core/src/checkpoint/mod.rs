@@ -31,7 +31,7 @@ use crate::{Error, Result};
 
 pub use ledger::{DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ENTRY_BYTES, LedgerRetention};
 pub use record::{ErrorRecord, ExecutionRecord, ExecutionStatus, SCHEMA_VERSION};
-pub(crate) use restore::{Restored, list_executions, load, parse, read_execution};
+pub(crate) use restore::{Restored, list_executions, load, parse, read_execution, read_items};
 
 use ledger::Ledger;
 pub(crate) use record::Base;

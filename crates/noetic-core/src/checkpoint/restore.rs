@@ -75,6 +75,31 @@ async fn state(store: &dyn DurableStore, execution_id: &str) -> Result<Option<St
     }
 }
 
+/// Appends the items of `log` (the first `limit` of them, or all) to `items`, checking each entry's
+/// sequence number; a gap or a row that does not parse is [`Error::CheckpointCorrupt`] naming
+/// `subject` and the entry.
+pub(crate) async fn read_items(
+    store: &dyn DurableStore,
+    subject: &str,
+    log: &str,
+    limit: Option<u64>,
+    items: &mut Vec<Item>,
+) -> Result<()> {
+    for (expected, entry) in (0u64..).zip(store.read_log(log, 0).await?) {
+        if limit.is_some_and(|limit| entry.seq >= limit) {
+            break;
+        }
+        let key = format!("{log}#{}", entry.seq);
+        if entry.seq != expected {
+            return Err(corrupt(subject, key, "the log has a gap"));
+        }
+        let item: Item =
+            serde_json::from_slice(&entry.value).map_err(|error| corrupt(subject, key, error))?;
+        items.push(item);
+    }
+    Ok(())
+}
+
 /// Reads everything of `execution_id`.
 ///
 /// # Errors
@@ -97,18 +122,7 @@ pub(crate) async fn load(store: &dyn DurableStore, execution_id: &str) -> Result
     });
     let mut items = Vec::new();
     if let Some(base) = &header.base {
-        for entry in store.read_log(&base.log, 0).await? {
-            if entry.seq >= base.count {
-                break;
-            }
-            let key = format!("{}#{}", base.log, entry.seq);
-            if entry.seq != items.len() as u64 {
-                return Err(corrupt(execution_id, key, "the base log has a gap"));
-            }
-            let item: Item = serde_json::from_slice(&entry.value)
-                .map_err(|error| corrupt(execution_id, key, error))?;
-            items.push(item);
-        }
+        read_items(store, execution_id, &base.log, Some(base.count), &mut items).await?;
         if items.len() as u64 != base.count {
             return Err(corrupt(
                 execution_id,
@@ -121,17 +135,8 @@ pub(crate) async fn load(store: &dyn DurableStore, execution_id: &str) -> Result
             ));
         }
     }
-    let offset = items.len() as u64;
     let log = items_log(execution_id);
-    for entry in store.read_log(&log, 0).await? {
-        let key = format!("{log}#{}", entry.seq);
-        if entry.seq + offset != items.len() as u64 {
-            return Err(corrupt(execution_id, key, "the item log has a gap"));
-        }
-        let item: Item = serde_json::from_slice(&entry.value)
-            .map_err(|error| corrupt(execution_id, key, error))?;
-        items.push(item);
-    }
+    read_items(store, execution_id, &log, None, &mut items).await?;
     if items.len() as u64 != state.item_count {
         return Err(corrupt(
             execution_id,

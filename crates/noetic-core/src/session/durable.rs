@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::DeliveryMode;
 use super::runner::Message;
 use crate::adapter::durable::{Commit, Lease, LeaseRequest};
-use crate::checkpoint::{Base, Durability, now_ms, parse, renew_if_due, to_bytes};
+use crate::checkpoint::{Base, Durability, now_ms, parse, read_items, renew_if_due, to_bytes};
 use crate::item::Item;
 use crate::usage::Spend;
 use crate::{Error, Result};
@@ -212,19 +212,14 @@ impl ThreadJournal {
 
         let log = history_log(thread_id, record.history_generation);
         let mut history = Vec::with_capacity(record.history_count as usize);
-        for entry in store.read_log(&log, 0).await? {
-            if entry.seq >= record.history_count {
-                break;
-            }
-            let key = format!("{log}#{}", entry.seq);
-            if entry.seq != history.len() as u64 {
-                return Err(corrupt(&subject, key, "the history log has a gap"));
-            }
-            history.push(
-                serde_json::from_slice(&entry.value)
-                    .map_err(|error| corrupt(&subject, key, error))?,
-            );
-        }
+        read_items(
+            &**store,
+            &subject,
+            &log,
+            Some(record.history_count),
+            &mut history,
+        )
+        .await?;
         if history.len() as u64 != record.history_count {
             return Err(corrupt(
                 &subject,

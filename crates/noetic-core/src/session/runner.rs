@@ -122,11 +122,7 @@ impl Session {
                 items: Vec::new(),
                 usage: spend.usage,
                 cost: spend.cost,
-                text: match &output {
-                    Value::String(text) => text.clone(),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                },
+                text: output_text(&output),
                 output,
                 last_layer_usage: Vec::new(),
             })));
@@ -654,11 +650,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
                     items: Vec::new(),
                     usage: spend.usage,
                     cost: spend.cost,
-                    text: match &output {
-                        Value::String(text) => text.clone(),
-                        Value::Null => String::new(),
-                        other => other.to_string(),
-                    },
+                    text: output_text(&output),
                     output,
                     last_layer_usage: ctx
                         .last_step_meta()
@@ -729,6 +721,15 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
     drop(writer);
     session.bump();
     true
+}
+
+/// A turn's output as text: a string as is, nothing for null, anything else as JSON.
+fn output_text(output: &Value) -> String {
+    match output {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
 }
 
 /// Which of a turn's history the store gets at its end.
