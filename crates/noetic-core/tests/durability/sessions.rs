@@ -66,19 +66,21 @@ where
     .unwrap();
 }
 
+/// Waits until the wall clock (which leases use) has passed `expires_at_ms`.
+async fn sleep_past(expires_at_ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis(expires_at_ms.saturating_sub(now) + 1)).await;
+}
+
 /// Reads the thread back once the crashed holder's lease has expired (the error says when).
 async fn load_after_the_lease(harness: &AgentHarness) {
     for _ in 0..20 {
         match harness.load_thread(THREAD).await {
             Ok(()) => return,
-            Err(Error::LeaseHeld { expires_at_ms, .. }) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis() as u64;
-                tokio::time::sleep(Duration::from_millis(expires_at_ms.saturating_sub(now) + 1))
-                    .await;
-            }
+            Err(Error::LeaseHeld { expires_at_ms, .. }) => sleep_past(expires_at_ms).await,
             Err(error) => panic!("{error}"),
         }
     }
@@ -251,14 +253,7 @@ async fn recover_lists_and_starts_the_threads_with_unfinished_work() {
         .await
         .unwrap()
         .unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    tokio::time::sleep(Duration::from_millis(
-        lease.expires_at_ms.saturating_sub(now) + 1,
-    ))
-    .await;
+    sleep_past(lease.expires_at_ms).await;
     let model = ScriptedModel::responding(|_| ScriptedResponse::text("done"));
     let second = harness(&store, &model, &counts);
     assert_eq!(second.recover().await.unwrap(), [THREAD]);
