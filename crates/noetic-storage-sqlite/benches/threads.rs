@@ -10,6 +10,12 @@
 //! as it goes), then touches 1,000 of them again (each read back from the file)
 //! and checks that each history holds its first turn. Target (issue 11): RSS after eviction under
 //! 200 MiB at 100,000 threads.
+//!
+//! Two ways to read it: with the default TTL every thread is still resident after the turns (the
+//! "after the turns" line is the cost of a resident idle session); with `NOETIC_BENCH_IDLE_MS` the
+//! harness evicts as it goes and the RSS stays near its start however many threads have run. An
+//! explicit mass eviction frees the sessions, but the allocator keeps most freed pages, so the RSS
+//! after it barely falls: the bound comes from evicting as threads go idle.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failures are bugs to see at once
 
@@ -76,8 +82,9 @@ fn main() {
         let elapsed = started.elapsed();
         let resident = rss();
         let resident_sessions = harness.session_count();
+        // The harness's keeper may evict some of them meanwhile: what counts is that none is left.
         let evicted = harness.evict_idle_sessions(Duration::ZERO).await;
-        assert_eq!(evicted, resident_sessions);
+        assert!(evicted <= resident_sessions);
         assert_eq!(harness.session_count(), 0);
         let after = rss();
         let touched = threads.min(1_000);
@@ -99,12 +106,12 @@ fn main() {
             elapsed.as_secs_f64()
         );
         println!(
-            "  RSS idle (resident):  {:.1} MiB ({:.0} bytes/thread above the start)",
+            "  RSS after the turns:  {:.1} MiB ({:.0} bytes/thread above the start)",
             mib(resident),
             resident.saturating_sub(before) as f64 / threads as f64
         );
         println!(
-            "  RSS after eviction:   {:.1} MiB ({:.0} bytes/thread above the start; target < 200 MiB at 100,000)",
+            "  RSS after evicting the rest: {:.1} MiB ({:.0} bytes/thread above the start; target < 200 MiB at 100,000)",
             mib(after),
             after.saturating_sub(before) as f64 / threads as f64
         );

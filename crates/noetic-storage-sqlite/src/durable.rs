@@ -13,7 +13,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
 use crate::error::{corrupt, map};
-use crate::{SqliteStorage, prefix_upper, to_i64};
+use crate::{PrefixSql, SqliteStorage, to_i64};
 
 const LEASE_GET: &str = "SELECT holder, epoch, expires_at_ms FROM leases WHERE name = ?1";
 const LEASE_SET: &str = "INSERT INTO leases (name, holder, epoch, expires_at_ms) VALUES (?1, ?2, ?3, ?4) \
@@ -81,11 +81,30 @@ async fn stored_next(
     u64::try_from(next).map_err(|_| corrupt(operation, log, format!("negative next_seq {next}")))
 }
 
-/// Runs `sql` (a `DELETE … WHERE {column} >= ?1 AND (?2 IS NULL OR {column} < ?2)`) for `prefix`.
-async fn delete_prefix(conn: &mut SqliteConnection, sql: &'static str, prefix: &str) -> Result<()> {
-    sqlx::query(sql)
-        .bind(prefix)
-        .bind(prefix_upper(prefix))
+/// Clearing a prefix: its records, log entries and log heads.
+const CLEAR: [PrefixSql; 3] = [
+    PrefixSql {
+        bounded: "DELETE FROM records WHERE key >= ?1 AND key < ?2",
+        open: "DELETE FROM records WHERE key >= ?1",
+    },
+    PrefixSql {
+        bounded: "DELETE FROM logs WHERE log >= ?1 AND log < ?2",
+        open: "DELETE FROM logs WHERE log >= ?1",
+    },
+    PrefixSql {
+        bounded: "DELETE FROM log_heads WHERE log >= ?1 AND log < ?2",
+        open: "DELETE FROM log_heads WHERE log >= ?1",
+    },
+];
+
+const RECORDS: PrefixSql = PrefixSql {
+    bounded: "SELECT key, value FROM records WHERE key >= ?1 AND key < ?2 ORDER BY key",
+    open: "SELECT key, value FROM records WHERE key >= ?1 ORDER BY key",
+};
+
+/// Runs `sql` for `prefix`.
+async fn delete_prefix(conn: &mut SqliteConnection, sql: &PrefixSql, prefix: &str) -> Result<()> {
+    sql.query(prefix)
         .execute(conn)
         .await
         .map_err(|error| map("clear_prefix", prefix, error))?;
@@ -104,24 +123,9 @@ async fn apply(conn: &mut SqliteConnection, commit: Commit) -> Result<()> {
         }
     }
     for prefix in &commit.clear_prefixes {
-        delete_prefix(
-            conn,
-            "DELETE FROM records WHERE key >= ?1 AND (?2 IS NULL OR key < ?2)",
-            prefix,
-        )
-        .await?;
-        delete_prefix(
-            conn,
-            "DELETE FROM logs WHERE log >= ?1 AND (?2 IS NULL OR log < ?2)",
-            prefix,
-        )
-        .await?;
-        delete_prefix(
-            conn,
-            "DELETE FROM log_heads WHERE log >= ?1 AND (?2 IS NULL OR log < ?2)",
-            prefix,
-        )
-        .await?;
+        for sql in &CLEAR {
+            delete_prefix(conn, sql, prefix).await?;
+        }
     }
     for (log, below) in &commit.trims {
         sqlx::query("DELETE FROM logs WHERE log = ?1 AND seq < ?2")
@@ -227,15 +231,11 @@ impl DurableStore for SqliteStorage {
 
     fn records<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Records>> {
         Box::pin(async move {
-            let rows = sqlx::query(
-                "SELECT key, value FROM records WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) \
-                 ORDER BY key",
-            )
-            .bind(prefix)
-            .bind(prefix_upper(prefix))
-            .fetch_all(self.readers())
-            .await
-            .map_err(|error| map("records", prefix, error))?;
+            let rows = RECORDS
+                .query(prefix)
+                .fetch_all(self.readers())
+                .await
+                .map_err(|error| map("records", prefix, error))?;
             rows.iter()
                 .map(|row| {
                     let key: String = row

@@ -7,12 +7,15 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
 use crate::error::{corrupt, map};
-use crate::{SqliteStorage, prefix_upper};
+use crate::{PrefixSql, SqliteStorage};
 
 const GET: &str = "SELECT value FROM kv WHERE key = ?1";
 const SET: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value";
 const DELETE: &str = "DELETE FROM kv WHERE key = ?1";
-const LIST: &str = "SELECT key FROM kv WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) ORDER BY key";
+const LIST: PrefixSql = PrefixSql {
+    bounded: "SELECT key FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key",
+    open: "SELECT key FROM kv WHERE key >= ?1 ORDER BY key",
+};
 
 fn value(operation: &'static str, key: &str, row: &SqliteRow) -> Result<Vec<u8>> {
     row.try_get::<Vec<u8>, _>(0)
@@ -56,9 +59,8 @@ impl StorageAdapter for SqliteStorage {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async move {
-            let rows = sqlx::query(LIST)
-                .bind(prefix)
-                .bind(prefix_upper(prefix))
+            let rows = LIST
+                .query(prefix)
                 .fetch_all(self.readers())
                 .await
                 .map_err(|error| map("list", prefix, error))?;

@@ -264,6 +264,30 @@ pub(crate) fn prefix_upper(prefix: &str) -> Option<String> {
     None
 }
 
+/// A statement over the rows whose `column` starts with a prefix, in two forms: `bounded` takes the
+/// prefix as `?1` and its [`prefix_upper`] as `?2` (`column >= ?1 AND column < ?2`), `open` only `?1`
+/// (`column >= ?1`, for a prefix with no upper bound). Two forms rather than one
+/// `(?2 IS NULL OR column < ?2)`: SQLite's planner cannot use an `OR` as the range's upper end, so
+/// that form scanned from the prefix to the end of the table, making every prefix read or clear
+/// linear in the rows after it (issue 11's 100,000-thread bench found it).
+pub(crate) struct PrefixSql {
+    pub(crate) bounded: &'static str,
+    pub(crate) open: &'static str,
+}
+
+impl PrefixSql {
+    /// The statement for `prefix`, its bounds bound.
+    pub(crate) fn query<'q>(
+        &self,
+        prefix: &'q str,
+    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+        match prefix_upper(prefix) {
+            Some(upper) => sqlx::query(self.bounded).bind(prefix).bind(upper),
+            None => sqlx::query(self.open).bind(prefix),
+        }
+    }
+}
+
 /// `value` as SQLite's signed 64-bit integer.
 pub(crate) fn to_i64(operation: &'static str, key: &str, value: u64) -> Result<i64> {
     i64::try_from(value).map_err(|_| error::out_of_range(operation, key, value))

@@ -35,6 +35,7 @@ fn read(entries: &[LogEntry]) -> Vec<(u64, String)> {
 /// Not meant to be cancelled: a dropped run leaves test data behind.
 #[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the store's error
 pub async fn durable_conformance(store: &dyn DurableStore) {
+    unbounded_prefixes(store).await;
     records(store).await;
     logs(store).await;
     atomicity(store).await;
@@ -43,6 +44,40 @@ pub async fn durable_conformance(store: &dyn DurableStore) {
         .commit(Commit::new())
         .await
         .expect("an empty commit is fine");
+}
+
+/// Prefixes with no upper bound (empty, or all `char::MAX`) list and clear exactly their rows.
+#[allow(clippy::unwrap_used)]
+async fn unbounded_prefixes(store: &dyn DurableStore) {
+    let top = "\u{10FFFF}";
+    store
+        .commit(
+            Commit::new()
+                .put("a/r", "a")
+                .put(format!("{top}/r"), "t")
+                .append(format!("{top}/log"), 0, entries(&["e"])),
+        )
+        .await
+        .unwrap();
+    let keys = |records: Vec<(String, Vec<u8>)>| -> Vec<String> {
+        records.into_iter().map(|(key, _)| key).collect()
+    };
+    assert_eq!(
+        keys(store.records("").await.unwrap()),
+        vec!["a/r".to_owned(), format!("{top}/r")]
+    );
+    assert_eq!(
+        keys(store.records(top).await.unwrap()),
+        vec![format!("{top}/r")]
+    );
+    store.commit(Commit::new().clear_prefix(top)).await.unwrap();
+    assert_eq!(
+        keys(store.records("").await.unwrap()),
+        vec!["a/r".to_owned()]
+    );
+    assert_eq!(store.next_seq(&format!("{top}/log")).await.unwrap(), 0);
+    store.commit(Commit::new().clear_prefix("")).await.unwrap();
+    assert!(store.records("").await.unwrap().is_empty());
 }
 
 #[allow(clippy::unwrap_used)]

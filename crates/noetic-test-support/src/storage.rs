@@ -3,7 +3,7 @@
 use noetic_core::adapter::{StorageAdapter, StorageOp};
 
 /// Asserts the [`StorageAdapter`] contract on `store`, which must start empty: get/set/delete, `list`
-/// by prefix in sorted order (`%` and `_` literal, non-ASCII keys), `get_many` in key order with gaps,
+/// by prefix in sorted order (`%` and `_` literal, non-ASCII keys, prefixes with no upper bound), `get_many` in key order with gaps,
 /// and `batch` applying all its ops together.
 ///
 /// # Panics
@@ -13,6 +13,21 @@ use noetic_core::adapter::{StorageAdapter, StorageOp};
 /// Not meant to be cancelled: a dropped run leaves test keys behind.
 #[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the adapter's error
 pub async fn storage_conformance(store: &dyn StorageAdapter) {
+    // list: prefixes with no upper bound (empty, or all `char::MAX`) still list exactly their keys
+    store.set("\u{10FFFF}/top", b"t".to_vec()).await.unwrap();
+    store.set("conf/first", b"f".to_vec()).await.unwrap();
+    // (The empty prefix lists every key, including any a store sharing the adapter keeps.)
+    let all = store.list("").await.unwrap();
+    assert!(all.is_sorted(), "{all:?}");
+    assert!(all.iter().any(|key| key == "conf/first"), "{all:?}");
+    assert_eq!(all.last().map(String::as_str), Some("\u{10FFFF}/top"));
+    assert_eq!(
+        store.list("\u{10FFFF}").await.unwrap(),
+        vec!["\u{10FFFF}/top"]
+    );
+    store.delete("\u{10FFFF}/top").await.unwrap();
+    store.delete("conf/first").await.unwrap();
+
     // get / set / delete
     assert_eq!(store.get("conf/a").await.unwrap(), None);
     store.set("conf/a", b"one".to_vec()).await.unwrap();
