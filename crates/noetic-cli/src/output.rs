@@ -26,7 +26,7 @@ impl TextPrinter {
         let StreamEvent::Sdk(sdk) = event else {
             return;
         };
-        match &**sdk {
+        match sdk {
             ResponseEvent::OutputTextDelta { delta, .. } if !delta.is_empty() => {
                 let _ = write!(out, "{delta}");
                 self.wrote = true;

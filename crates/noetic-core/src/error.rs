@@ -222,8 +222,9 @@ pub enum Error {
         max_rounds: u32,
     },
 
-    /// The provider refused a request or broke the stream.
+    /// The provider refused a request or broke the stream. Built with [`Error::provider`].
     #[error("provider `{provider}` error{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+    #[non_exhaustive]
     Provider {
         /// The provider's name.
         provider: String,
@@ -233,6 +234,10 @@ pub enum Error {
         message: String,
         /// The 0-based round the error happened in, when known.
         round: Option<u32>,
+        /// The error underneath (a transport error, say), when there is one; its text is already in
+        /// `message`. Never holds credentials or a request URL.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// The stream idle watchdog fired.
@@ -547,6 +552,45 @@ pub enum StepFailure {
 }
 
 impl Error {
+    /// A provider error (`PROVIDER_ERROR`): the server refused a request (`status`) or broke the
+    /// stream. What a custom [`ModelProvider`](crate::ModelProvider) returns; set the round with
+    /// [`Error::in_round`] and the underlying error with [`Error::with_source`].
+    pub fn provider(
+        provider: impl Into<String>,
+        status: Option<u16>,
+        message: impl Into<String>,
+    ) -> Error {
+        Error::Provider {
+            provider: provider.into(),
+            status,
+            message: message.into(),
+            round: None,
+            source: None,
+        }
+    }
+
+    /// A provider error that does not name its round yet, naming `round`; any other error as is.
+    #[must_use]
+    pub fn in_round(mut self, round: u32) -> Error {
+        if let Error::Provider {
+            round: slot @ None, ..
+        } = &mut self
+        {
+            *slot = Some(round);
+        }
+        self
+    }
+
+    /// A provider error with `source` as its [`source()`](std::error::Error::source); any other
+    /// error as is.
+    #[must_use]
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Error {
+        if let Error::Provider { source: slot, .. } = &mut self {
+            *slot = Some(source.into());
+        }
+        self
+    }
+
     /// The stable code of this error, listed in `docs/errors.md`.
     pub fn code(&self) -> &'static str {
         match self {

@@ -4,8 +4,6 @@
 //! Emission is synchronous and must never block: a sink that cannot keep up drops or reports lag itself.
 //! Without a sink, no event is even built: [`crate::Context`] checks for a sink before constructing one.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
 use crate::item::Item;
@@ -16,8 +14,8 @@ use crate::step_kind::StepKind;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum StreamEvent {
-    /// A provider event (`source: "sdk"`), shared with every subscriber.
-    Sdk(Arc<ResponseEvent>),
+    /// A provider event (`source: "sdk"`).
+    Sdk(ResponseEvent),
     /// A framework lifecycle event (`source: "framework"`).
     Framework(FrameworkEvent),
     /// This subscriber fell behind and `skipped` events were dropped for it (never a silent gap).

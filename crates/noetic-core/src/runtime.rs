@@ -51,7 +51,9 @@ pub struct Runtime {
     providers: Vec<(String, Arc<dyn ModelProvider>)>,
     defaults: CallModelDefaults,
     hooks: AgentHooks,
-    tools: Vec<Tool>,
+    /// Shared, so a `call_model` step can tell it is still looking at the same set (its cached
+    /// tool specs).
+    tools: Arc<[Tool]>,
     layers: Arc<[Arc<dyn ContextLayer>]>,
     on_steer: Option<Arc<OnSteer>>,
     /// What runs check the steps' declared needs against.
@@ -123,6 +125,11 @@ impl Runtime {
 
     /// The runtime-wide tools (offered to every `call_model` after the step's own).
     pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// The runtime-wide tools, shared.
+    pub(crate) fn shared_tools(&self) -> &Arc<[Tool]> {
         &self.tools
     }
 
@@ -333,7 +340,7 @@ impl RuntimeBuilder {
             providers: self.providers,
             defaults: self.defaults,
             hooks: self.hooks,
-            tools: self.tools,
+            tools: self.tools.into(),
             layers: self.layers.into(),
             on_steer: self.on_steer,
             connections: self.connections,

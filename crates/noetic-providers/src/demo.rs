@@ -49,12 +49,14 @@ impl DemoModel {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(|error| {
             ProviderError::Transport {
                 message: format!("demo model could not bind 127.0.0.1: {error}"),
+                source: Some(Box::new(error)),
             }
         })?;
         let address = listener
             .local_addr()
             .map_err(|error| ProviderError::Transport {
                 message: format!("demo model address: {error}"),
+                source: Some(Box::new(error)),
             })?;
         let server = tokio::spawn(serve(listener));
         Ok(DemoModel {

@@ -55,8 +55,12 @@ pub enum ProviderError {
     /// The connection failed before a response started.
     #[error("{message}")]
     Transport {
-        /// What happened.
+        /// What happened, with the causes' texts.
         message: String,
+        /// The error underneath (for a request, the `reqwest::Error` without its URL), for a caller
+        /// that inspects it (`is_timeout`, `is_connect`); carried into the core error's `source()`.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// The connection broke after the response started (a stream is never re-sent: it was billed).
     /// As a core error its message names the round.
@@ -108,31 +112,29 @@ impl ProviderError {
     /// broke mid-response names the round in its message too.
     pub fn into_core(self, provider: &str, round: Option<u32>) -> noetic_core::Error {
         match self {
-            ProviderError::Http { status, message } => noetic_core::Error::Provider {
-                provider: provider.to_owned(),
-                status: Some(status),
-                message,
+            ProviderError::Http { status, message } => in_round(
+                noetic_core::Error::provider(provider, Some(status), message),
                 round,
-            },
-            ProviderError::Transport { message } | ProviderError::Stream { message } => {
-                noetic_core::Error::Provider {
-                    provider: provider.to_owned(),
-                    status: None,
-                    message,
-                    round,
+            ),
+            ProviderError::Transport { message, source } => {
+                let error = in_round(noetic_core::Error::provider(provider, None, message), round);
+                match source {
+                    Some(source) => error.with_source(source),
+                    None => error,
                 }
             }
-            ProviderError::StreamBroken { message } => noetic_core::Error::Provider {
-                provider: provider.to_owned(),
-                status: None,
-                message: match round {
+            ProviderError::Stream { message } => {
+                in_round(noetic_core::Error::provider(provider, None, message), round)
+            }
+            ProviderError::StreamBroken { message } => {
+                let message = match round {
                     Some(round) => {
                         format!("the stream broke mid-response in round {round}: {message}")
                     }
                     None => format!("the stream broke mid-response: {message}"),
-                },
-                round,
-            },
+                };
+                in_round(noetic_core::Error::provider(provider, None, message), round)
+            }
             other => noetic_core::Error::Adapter {
                 code: other.code(),
                 source: Box::new(other),
@@ -144,9 +146,18 @@ impl ProviderError {
     pub(crate) fn redact(mut self, secrets: &Secrets) -> Self {
         match &mut self {
             ProviderError::MissingApiKey { .. } => {}
+            ProviderError::Transport { message, source } => {
+                secrets.redact_string(message);
+                // A source whose texts hold a secret is dropped: it cannot be redacted in place.
+                if source
+                    .as_deref()
+                    .is_some_and(|source| secrets.appears_in_chain(source))
+                {
+                    *source = None;
+                }
+            }
             ProviderError::InvalidConfig { message, .. }
             | ProviderError::Http { message, .. }
-            | ProviderError::Transport { message }
             | ProviderError::StreamBroken { message }
             | ProviderError::Stream { message }
             | ProviderError::Sse { message } => secrets.redact_string(message),
@@ -173,5 +184,13 @@ impl ProviderError {
             message: message.to_string(),
             snippet: data[..end].to_owned(),
         }
+    }
+}
+
+/// `error` naming `round`, when known.
+fn in_round(error: noetic_core::Error, round: Option<u32>) -> noetic_core::Error {
+    match round {
+        Some(round) => error.in_round(round),
+        None => error,
     }
 }

@@ -169,8 +169,10 @@ impl HttpClient {
             .oneshot(request)
             .await
             .map_err(|error| {
+                let error = error.without_url();
                 ProviderError::Transport {
-                    message: transport_message(error),
+                    message: transport_message(&error),
+                    source: Some(Box::new(error)),
                 }
                 .redact(&self.secrets)
             })?;
@@ -192,7 +194,7 @@ impl HttpClient {
             .bytes_stream()
             .map(|chunk| {
                 chunk.map_err(|error| ProviderError::StreamBroken {
-                    message: transport_message(error),
+                    message: transport_message(&error.without_url()),
                 })
             })
             .boxed();
@@ -222,10 +224,9 @@ async fn error_body(mut response: reqwest::Response) -> String {
 }
 
 /// A reqwest error without the URL (which may carry a key in a query string) and with its cause.
-fn transport_message(error: reqwest::Error) -> String {
-    let error = error.without_url();
+fn transport_message(error: &reqwest::Error) -> String {
     let mut message = error.to_string();
-    let mut source = std::error::Error::source(&error);
+    let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         message.push_str(": ");
         message.push_str(&cause.to_string());

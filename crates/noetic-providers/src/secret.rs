@@ -63,6 +63,18 @@ impl Secrets {
         text
     }
 
+    /// Whether a secret appears in the text of `error` or of any of its sources.
+    pub(crate) fn appears_in_chain(&self, error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if matches!(self.redact(&error.to_string()), Cow::Owned(_)) {
+                return true;
+            }
+            next = error.source();
+        }
+        false
+    }
+
     /// Redacts `text` in place.
     pub(crate) fn redact_string(&self, text: &mut String) {
         if let Cow::Owned(redacted) = self.redact(text) {

@@ -334,20 +334,14 @@ impl ModelProvider for ScriptedModel {
         };
         Box::pin(async move {
             let Some(response) = response else {
-                return Err(Error::Provider {
-                    provider: "scripted".to_owned(),
-                    status: None,
-                    message: "the scripted model has no response left".to_owned(),
-                    round: None,
-                });
+                return Err(Error::provider(
+                    "scripted",
+                    None,
+                    "the scripted model has no response left",
+                ));
             };
             if let Some((status, message)) = response.error {
-                return Err(Error::Provider {
-                    provider: "scripted".to_owned(),
-                    status,
-                    message,
-                    round: None,
-                });
+                return Err(Error::provider("scripted", status, message));
             }
             let events = futures_util::stream::iter(response.events.into_iter().map(Ok));
             let events = if response.stall {

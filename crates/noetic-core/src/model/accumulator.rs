@@ -192,14 +192,14 @@ impl ResponseAccumulator {
     /// [`MAX_OUTPUT_INDEX`] (the message names it).
     pub fn finish(self, provider: &str, round: u32) -> Result<ModelResponse> {
         if let Some((what, index)) = self.out_of_range {
-            return Err(Error::Provider {
-                provider: provider.to_owned(),
-                status: None,
-                message: format!(
+            return Err(Error::provider(
+                provider,
+                None,
+                format!(
                     "malformed stream: {what} {index} is past the largest supported ({MAX_OUTPUT_INDEX})"
                 ),
-                round: Some(round),
-            });
+            )
+            .in_round(round));
         }
         let ResponseAccumulator {
             slots,
@@ -227,12 +227,12 @@ impl ResponseAccumulator {
                     incomplete_reason: None,
                 });
             }
-            return Err(Error::Provider {
-                provider: provider.to_owned(),
-                status: None,
-                message: "stream ended without a terminal event (truncated response)".to_owned(),
-                round: Some(round),
-            });
+            return Err(Error::provider(
+                provider,
+                None,
+                "stream ended without a terminal event (truncated response)",
+            )
+            .in_round(round));
         };
         let snapshot = *snapshot;
         let status = snapshot.status.unwrap_or(ResponseStatus::Completed);

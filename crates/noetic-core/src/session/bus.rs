@@ -395,7 +395,7 @@ impl Drop for Subscription {
 
 /// What a retained entry costs besides its payload: the ring slot and the event's allocation.
 const ENTRY_BYTES: usize =
-    std::mem::size_of::<Entry>() + std::mem::size_of::<StreamEvent>() + 2 * ARC_COUNTS;
+    std::mem::size_of::<Entry>() + std::mem::size_of::<StreamEvent>() + ARC_COUNTS;
 /// The reference counts of an `Arc` allocation.
 const ARC_COUNTS: usize = 2 * std::mem::size_of::<usize>();
 
@@ -403,9 +403,7 @@ const ARC_COUNTS: usize = 2 * std::mem::size_of::<usize>();
 /// no allocation); linear in the event's size only for items and pass-through JSON.
 fn approx_bytes(event: &StreamEvent) -> usize {
     match event {
-        StreamEvent::Sdk(sdk) => {
-            ENTRY_BYTES + std::mem::size_of::<ResponseEvent>() + ARC_COUNTS + approx_sdk_bytes(sdk)
-        }
+        StreamEvent::Sdk(sdk) => ENTRY_BYTES + approx_sdk_bytes(sdk),
         StreamEvent::Framework(framework) => approx_framework_bytes(framework),
         _ => ENTRY_BYTES,
     }

@@ -949,3 +949,41 @@ async fn an_absurd_output_or_content_index_fails_the_round_without_allocating_by
         );
     }
 }
+
+#[tokio::test]
+async fn one_step_run_on_two_harnesses_offers_each_its_own_runtime_tools() {
+    // The step keeps its tool specs between runs; a runtime with other tools must not see them.
+    let named = |name: &'static str| {
+        Tool::new(
+            name,
+            "A runtime tool",
+            |args: serde_json::Value, _ctx: ToolContext| async move { Ok(args) },
+        )
+    };
+    let step = call_model("answer")
+        .model("openai/gpt-4o")
+        .tool(search_tool())
+        .build();
+    let model = ScriptedModel::responding(|_| ScriptedResponse::text("done"));
+    let first = harness_with("first", &model)
+        .tool(named("alpha"))
+        .build()
+        .unwrap();
+    let second = harness_with("second", &model)
+        .tool(named("beta"))
+        .build()
+        .unwrap();
+    for harness in [&first, &second, &first] {
+        let ctx = harness.create_context(ContextOptions::new());
+        harness.run(&step, "hi".to_owned(), &ctx).await.unwrap();
+    }
+    let offered: Vec<Vec<String>> = model.requests().into_iter().map(|r| r.tools).collect();
+    assert_eq!(
+        offered,
+        [
+            vec!["search".to_owned(), "alpha".to_owned()],
+            vec!["search".to_owned(), "beta".to_owned()],
+            vec!["search".to_owned(), "alpha".to_owned()],
+        ]
+    );
+}

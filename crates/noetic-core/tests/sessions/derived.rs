@@ -218,7 +218,7 @@ async fn joining_a_running_turn_with_current_turn_replay_yields_it_from_its_star
     guarded("the first delta to be published", async {
         loop {
             let event = watcher.next().await.unwrap();
-            if matches!(&*event, StreamEvent::Sdk(sdk) if matches!(**sdk, ResponseEvent::OutputTextDelta { .. }))
+            if matches!(&*event, StreamEvent::Sdk(sdk) if matches!(sdk, ResponseEvent::OutputTextDelta { .. }))
             {
                 break;
             }

@@ -185,10 +185,7 @@ async fn a_slow_subscriber_lags_once_the_retained_events_pass_the_byte_bound() {
     let deltas: usize = rest
         .iter()
         .filter_map(|event| match &**event {
-            StreamEvent::Sdk(sdk) => match &**sdk {
-                ResponseEvent::OutputTextDelta { delta, .. } => Some(delta.len()),
-                _ => None,
-            },
+            StreamEvent::Sdk(ResponseEvent::OutputTextDelta { delta, .. }) => Some(delta.len()),
             _ => None,
         })
         .sum();

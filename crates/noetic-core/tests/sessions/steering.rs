@@ -38,7 +38,7 @@ fn applied(events: &[Arc<StreamEvent>]) -> Vec<(Vec<String>, SteerPoint, u32)> {
 
 /// Whether `event` is the provider event `wanted`.
 fn is_sdk(wanted: &ResponseEvent) -> impl Fn(&StreamEvent) -> bool + '_ {
-    move |event| matches!(event, StreamEvent::Sdk(sdk) if **sdk == *wanted)
+    move |event| matches!(event, StreamEvent::Sdk(sdk) if *sdk == *wanted)
 }
 
 #[tokio::test]

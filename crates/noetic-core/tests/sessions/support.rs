@@ -119,7 +119,7 @@ pub(crate) fn sdk(events: &[Arc<StreamEvent>]) -> Vec<ResponseEvent> {
     events
         .iter()
         .filter_map(|event| match &**event {
-            StreamEvent::Sdk(event) => Some((**event).clone()),
+            StreamEvent::Sdk(event) => Some(event.clone()),
             _ => None,
         })
         .collect()

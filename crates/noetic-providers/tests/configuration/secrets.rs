@@ -102,6 +102,11 @@ async fn a_refused_connection_to_a_url_with_a_key_does_not_show_it() {
     let error = events(&provider).await.unwrap_err();
     assert_eq!(error.code(), "PROVIDER_ERROR");
     assert_hidden(&format!("{error} {error:?}"));
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        assert_hidden(&format!("{cause} {cause:?}"));
+        source = cause.source();
+    }
 }
 
 fn echoing_401() -> MockReply {

@@ -223,6 +223,13 @@ async fn a_refused_connection_is_a_provider_error_without_the_key() {
     let error = events(&provider).await.unwrap_err();
     assert_eq!(error.code(), "PROVIDER_ERROR");
     assert!(!format!("{error} {error:?}").contains("sk-live-very-secret"));
+    // The transport error underneath is kept as the source, without the request's URL.
+    let source = std::error::Error::source(&error).expect("the transport error is the source");
+    let transport = source
+        .downcast_ref::<reqwest::Error>()
+        .expect("a reqwest error");
+    assert!(transport.is_connect(), "{transport:?}");
+    assert!(transport.url().is_none(), "{transport:?}");
 }
 
 #[test]

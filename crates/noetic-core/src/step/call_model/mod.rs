@@ -4,16 +4,18 @@
 //! has no function calls: it runs the calls, appends their outputs, and asks again. See `rounds.rs` for
 //! the loop and its limits, `stream.rs` for one round under the idle watchdog, `tools.rs` for tool calls.
 
+mod request;
 mod rounds;
 mod stream;
 mod tools;
 
+pub(crate) use request::assemble_request;
+pub(crate) use rounds::execute;
 pub use rounds::{MAX_RECOVERIES, MAX_TOOL_ROUNDS};
-pub(crate) use rounds::{assemble_request, execute};
 pub(crate) use tools::{ABORTED_WHILE_RUNNING, until_cancelled};
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -25,7 +27,9 @@ use crate::connection::Need;
 use crate::context::Context;
 use crate::event::{FrameworkEvent, FrameworkEventKind};
 use crate::model::{ModelParams, OutputFormat};
+use crate::runtime::Runtime;
 use crate::tool::{Tool, schema_for};
+use tools::ToolSet;
 
 pub(crate) struct CallModelSpec {
     pub(crate) model: String,
@@ -41,6 +45,34 @@ pub(crate) struct CallModelSpec {
     pub(crate) emit: EmitPolicy,
     /// Connection operations the step's tools use, checked by `run()` before the tree starts.
     pub(crate) needs: Vec<Need>,
+    /// The step's tools and the runtime's, with their specs, built once for the runtime tools they
+    /// were built with: a step run on one runtime copies no schema per request.
+    tool_set: Mutex<Option<CachedTools>>,
+}
+
+/// A step's [`ToolSet`] and the runtime tools it was built with.
+struct CachedTools {
+    runtime_tools: Arc<[Tool]>,
+    set: Arc<ToolSet>,
+}
+
+impl CallModelSpec {
+    /// The tools offered to the model on `runtime`: the step's, then the runtime's.
+    pub(crate) fn tool_set(&self, runtime: &Runtime) -> Arc<ToolSet> {
+        let runtime_tools = runtime.shared_tools();
+        let mut cached = crate::sync::lock(&self.tool_set);
+        if let Some(hit) = &*cached
+            && Arc::ptr_eq(&hit.runtime_tools, runtime_tools)
+        {
+            return hit.set.clone();
+        }
+        let set = Arc::new(ToolSet::new(&self.tools, runtime_tools));
+        *cached = Some(CachedTools {
+            runtime_tools: runtime_tools.clone(),
+            set: set.clone(),
+        });
+        set
+    }
 }
 
 /// Which of its own events a `call_model` step emits (step, model-call and tool events; items,
@@ -132,6 +164,7 @@ pub fn call_model(id: impl Into<String>) -> CallModelBuilder<String> {
             token_budget: None,
             emit: EmitPolicy::All,
             needs: Vec::new(),
+            tool_set: Mutex::new(None),
         },
         _output: PhantomData,
     }

@@ -10,19 +10,20 @@
 //! - The `continue` message is never stored: it exists only in the request that carries it.
 //! - Every round is charged, discarded ones included: the provider billed it.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
+use super::request::{assemble_step_request, step_input, store};
 use super::stream::{RoundEnv, RoundOutcome, run_round};
 use super::tools::{SKIPPED_BY_STEER, ToolSet, run_calls};
 use super::{CallModelSpec, EmitPolicy};
+use crate::checkpoint::Journal;
 use crate::checkpoint::record::Cursor;
 use crate::context::{Context, StepMeta};
 use crate::event::FrameworkEvent;
-use crate::item::{FunctionCallItem, Item, Role};
-use crate::layer::{
-    Band, ContextLayer, LayerCtx, LayerDecision, LayerUsage, RecallLayerOutput, allocate_budget,
-    by_slot, estimate_tokens, fit_history, fit_items, gate_response, project_history,
-};
+use crate::item::{FunctionCallItem, Item};
+use crate::layer::{ContextLayer, LayerDecision, LayerUsage, by_slot, gate_response};
 use crate::model::{ModelRequest, ModelResponse, ResponseStatus};
 use crate::session::Applied;
 use crate::steer::SteerPoint;
@@ -79,7 +80,7 @@ pub(crate) async fn execute(
             (step_start, step_input, ctx.item_count())
         }
     };
-    let tools = ToolSet::new(&spec.tools, runtime.tools());
+    let tools = spec.tool_set(runtime);
     let emit = &spec.emit;
     if resumed.is_some() {
         // Calls of the last recorded round that have no output were in flight at the crash: they run
@@ -106,7 +107,6 @@ pub(crate) async fn execute(
     if resumed.is_some() {
         conversation.extend(ctx.items_since(first_new_item));
     }
-    let mut guides = 0u32;
     let env = RoundEnv {
         provider: &*provider,
         provider_name: &provider_name,
@@ -114,242 +114,46 @@ pub(crate) async fn execute(
         idle_timeout: spec.idle_timeout.unwrap_or_else(|| runtime.idle_timeout()),
         emit,
     };
-
-    let mut spend = resumed
-        .as_ref()
-        .map(|cursor| cursor.spend)
-        .unwrap_or_default();
-    let mut tool_calls: Vec<FunctionCallItem> = Vec::new();
-    let mut round = resumed.as_ref().map_or(0, |cursor| cursor.round);
-    let mut tool_rounds = resumed.as_ref().map_or(0, |cursor| cursor.tool_rounds);
-    // Records a round boundary: the round's items are in the log; the next request is `round + 1`.
-    let record_round = async |round: u32, tool_rounds: u32, spend: Spend| -> Result<()> {
-        let (Some(journal), Some(path)) = (journal, path.as_deref()) else {
-            return Ok(());
-        };
-        journal.set_cursor(
-            path,
-            Cursor {
-                step_start,
+    let mut rounds = RoundLoop {
+        step_id,
+        spec,
+        ctx,
+        env,
+        tools: &tools,
+        layers: &layers,
+        instructions: instructions.as_deref(),
+        conversation,
+        journal: journal.zip(path.as_deref()),
+        step_start,
+        first_new_item,
+        state: RoundState::new(resumed.as_ref()),
+    };
+    let text = match rounds.run().await {
+        Ok(text) => text,
+        Err(Stop::Failed(error)) => return Err(error),
+        Err(Stop::ToolRoundLimit(error)) => {
+            let state = rounds.state;
+            finish_meta(
+                ctx,
                 first_new_item,
-                round: round + 1,
-                tool_rounds,
-                spend,
-            },
-        );
-        ctx.checkpoint().await
-    };
-    let mut failures = 0u32;
-    let mut limit_attempts = 0u32;
-    let mut carry_continue = false;
-    let response = loop {
-        ctx.check_aborted()?;
-        if let Some(inbox) = ctx.steers() {
-            // `before_round` is offered before every request of the turn but its first.
-            if inbox.mark_request() && inbox.has_pending() {
-                let applied = inbox.take(SteerPoint::BeforeRound, ctx);
-                apply_steers(
-                    ctx,
-                    &mut conversation,
-                    applied,
-                    SteerPoint::BeforeRound,
-                    round,
-                );
-            }
-        }
-        if carry_continue {
-            conversation.push(Item::user_text(CONTINUE));
-        }
-        if emit.active(ctx) {
-            emit.emit(
-                ctx,
-                FrameworkEvent::ModelCallStarted {
-                    round,
-                    message_count: conversation.len(),
-                    tool_count: tools.specs.len(),
-                    recovery_continuation: carry_continue,
-                },
+                state.tool_calls,
+                true,
+                state.spend,
+                layer_usage,
             );
+            return Err(error);
         }
-        let mut request = ModelRequest::new(&spec.model, &conversation, &spec.params)
-            .with_instructions(instructions.as_deref())
-            .with_tools(&tools.specs)
-            .with_output(spec.output.as_ref().map(|output| &output.format));
-        request.round = round;
-        request.thread_id = ctx.thread_id();
-        request.resource_id = ctx.resource_id();
-        let result = run_round(&env, &request).await;
-        if carry_continue {
-            conversation.pop();
-            carry_continue = false;
-        }
-        let response = match result? {
-            RoundOutcome::Finished(response) => response,
-            RoundOutcome::Steered { completed, applied } => {
-                // The round was cut at an `item_done` point: keep what completed, answer its calls,
-                // then the steer, then ask again.
-                let calls: Vec<FunctionCallItem> = completed
-                    .iter()
-                    .filter_map(Item::as_function_call)
-                    .cloned()
-                    .collect();
-                for item in completed {
-                    ctx.append_item(item.clone());
-                    conversation.push(item);
-                }
-                for call in &calls {
-                    let output = Item::function_call_output(call.call_id.clone(), SKIPPED_BY_STEER);
-                    ctx.append_item(output.clone());
-                    conversation.push(output);
-                }
-                tool_calls.extend(calls);
-                apply_steers(ctx, &mut conversation, applied, SteerPoint::ItemDone, round);
-                record_round(round, tool_rounds, spend).await?;
-                round += 1;
-                continue;
-            }
-        };
-        let round_spend = Spend {
-            usage: response.usage.unwrap_or_default(),
-            cost: response.cost,
-        };
-        ctx.charge(round_spend);
-        spend += round_spend;
-
-        if response.status != ResponseStatus::Completed || response.items.is_empty() {
-            failures += 1;
-            let recoverable = failures <= MAX_RECOVERIES;
-            let message = failure_message(&response);
-            if emit.active(ctx) {
-                emit.emit(
-                    ctx,
-                    FrameworkEvent::ModelCallFailed {
-                        round,
-                        status: response.status,
-                        error: message.clone(),
-                        recoverable,
-                    },
-                );
-            }
-            if !recoverable {
-                return Err(Error::ModelCallFailed {
-                    step_id: step_id.to_owned(),
-                    round,
-                    status: response.status,
-                    message,
-                });
-            }
-            if emit.active(ctx) {
-                emit.emit(
-                    ctx,
-                    FrameworkEvent::ModelCallRecoveryContinue {
-                        round,
-                        status: response.status,
-                        attempt: failures,
-                        max_attempts: MAX_RECOVERIES,
-                    },
-                );
-            }
-            carry_continue = true;
-            round += 1;
-            continue;
-        }
-        failures = 0;
-        if emit.active(ctx) {
-            emit.emit(
-                ctx,
-                FrameworkEvent::ModelCallCompleted {
-                    round,
-                    item_count: response.items.len(),
-                },
-            );
-        }
-
-        if !layers.is_empty() {
-            match gate_response(ctx, &layers, &response.items).await {
-                LayerDecision::Deny { guidance } => return Err(Error::SteeringDenied { guidance }),
-                LayerDecision::Guide { guidance } if guides < MAX_GUIDES => {
-                    // The response is discarded; the guidance joins the request (not the log).
-                    guides += 1;
-                    conversation.push(Item::developer_text(guidance));
-                    round += 1;
-                    continue;
-                }
-                _ => {}
-            }
-        }
-
-        let calls: Vec<FunctionCallItem> = response.function_calls().cloned().collect();
-        if calls.is_empty() {
-            for item in &response.items {
-                ctx.append_item(item.clone());
-            }
-            break response;
-        }
-        if tool_rounds >= MAX_TOOL_ROUNDS {
-            // A recovery round that still calls tools: its calls do not run and it is not stored.
-            limit_attempts += 1;
-            if limit_attempts > MAX_RECOVERIES {
-                finish_meta(ctx, first_new_item, tool_calls, true, spend, layer_usage);
-                return Err(Error::ToolRoundLimit {
-                    step_id: step_id.to_owned(),
-                    max_rounds: MAX_TOOL_ROUNDS,
-                });
-            }
-            limit_exceeded(ctx, emit, limit_attempts);
-            carry_continue = true;
-            round += 1;
-            continue;
-        }
-
-        for item in response.items {
-            ctx.append_item(item.clone());
-            conversation.push(item);
-        }
-        // The response is recorded before its calls run, so a crash from here on never asks for it
-        // again: the calls without outputs run on resume.
-        record_round(round, tool_rounds + 1, spend).await?;
-        if emit.active(ctx) {
-            emit.emit(
-                ctx,
-                FrameworkEvent::ToolRoundStarted {
-                    round,
-                    tool_count: calls.len(),
-                },
-            );
-        }
-        let outcome = run_calls(&calls, &tools, ctx, spec.tool_concurrency, emit).await?;
-        if emit.active(ctx) {
-            emit.emit(
-                ctx,
-                FrameworkEvent::ToolRoundCompleted {
-                    round,
-                    tool_count: calls.len(),
-                },
-            );
-        }
-        conversation.extend(outcome.outputs);
-        tool_calls.extend(calls);
-        if let Some(applied) = outcome.steered {
-            apply_steers(
-                ctx,
-                &mut conversation,
-                applied,
-                SteerPoint::BeforeToolCall,
-                round,
-            );
-        }
-        tool_rounds += 1;
-        if tool_rounds == MAX_TOOL_ROUNDS {
-            limit_attempts = 1;
-            limit_exceeded(ctx, emit, limit_attempts);
-            carry_continue = true;
-        }
-        round += 1;
     };
 
-    let text = response.text().unwrap_or_default();
-    finish_meta(ctx, first_new_item, tool_calls, false, spend, layer_usage);
+    let state = rounds.state;
+    finish_meta(
+        ctx,
+        first_new_item,
+        state.tool_calls,
+        false,
+        state.spend,
+        layer_usage,
+    );
     if !layers.is_empty() {
         store(ctx, &layers, step_start).await;
     }
@@ -361,6 +165,350 @@ pub(crate) async fn execute(
             raw: text,
             message,
         }),
+    }
+}
+
+/// Where a step's rounds stand: the counters its limits read, and what they spent and called.
+struct RoundState {
+    /// The next request's round number.
+    round: u32,
+    /// Rounds whose tool calls ran.
+    tool_rounds: u32,
+    /// Discarded (failed, incomplete or empty) responses in a row.
+    failures: u32,
+    /// Recovery rounds asked for since the tool-round cap was reached.
+    limit_attempts: u32,
+    /// How often the layers guided the model.
+    guides: u32,
+    /// Whether the next request carries the ephemeral `continue`.
+    carry_continue: bool,
+    /// What the step's rounds have spent.
+    spend: Spend,
+    /// Every function call the step's rounds made.
+    tool_calls: Vec<FunctionCallItem>,
+}
+
+impl RoundState {
+    fn new(resumed: Option<&Cursor>) -> Self {
+        RoundState {
+            round: resumed.map_or(0, |cursor| cursor.round),
+            tool_rounds: resumed.map_or(0, |cursor| cursor.tool_rounds),
+            failures: 0,
+            limit_attempts: 0,
+            guides: 0,
+            carry_continue: false,
+            spend: resumed.map(|cursor| cursor.spend).unwrap_or_default(),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// The next request is a recovery round, carrying `continue`.
+    fn ask_to_continue(&mut self) {
+        self.carry_continue = true;
+        self.round += 1;
+    }
+}
+
+/// Why the round loop stopped without a response.
+enum Stop {
+    Failed(Error),
+    /// `TOOL_ROUND_LIMIT`: the step's meta still records the calls it made.
+    ToolRoundLimit(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(error: Error) -> Self {
+        Stop::Failed(error)
+    }
+}
+
+/// One `call_model` step's round loop: what every round reads, the conversation it sends, and its
+/// [`RoundState`].
+struct RoundLoop<'a> {
+    step_id: &'a str,
+    spec: &'a CallModelSpec,
+    ctx: &'a Context,
+    env: RoundEnv<'a>,
+    tools: &'a ToolSet,
+    layers: &'a [Arc<dyn ContextLayer>],
+    instructions: Option<&'a str>,
+    /// What the next request sends as input.
+    conversation: Vec<Item>,
+    /// The durable root's journal and this step's ledger path.
+    journal: Option<(&'a Arc<Journal>, &'a str)>,
+    step_start: usize,
+    first_new_item: usize,
+    state: RoundState,
+}
+
+impl RoundLoop<'_> {
+    /// Runs rounds until a response has no function calls, and returns its text (its items are in the
+    /// log).
+    async fn run(&mut self) -> std::result::Result<String, Stop> {
+        loop {
+            self.ctx.check_aborted()?;
+            self.offer_steers_before_round();
+            let response = match self.request().await? {
+                RoundOutcome::Finished(response) => response,
+                RoundOutcome::Steered { completed, applied } => {
+                    self.keep_cut_round(completed, applied).await?;
+                    continue;
+                }
+            };
+            let round_spend = Spend {
+                usage: response.usage.unwrap_or_default(),
+                cost: response.cost,
+            };
+            self.ctx.charge(round_spend);
+            self.state.spend += round_spend;
+
+            if response.status != ResponseStatus::Completed || response.items.is_empty() {
+                self.discard_failed(&response)?;
+                continue;
+            }
+            self.state.failures = 0;
+            let (ctx, emit) = (self.ctx, self.env.emit);
+            if emit.active(ctx) {
+                emit.emit(
+                    ctx,
+                    FrameworkEvent::ModelCallCompleted {
+                        round: self.state.round,
+                        item_count: response.items.len(),
+                    },
+                );
+            }
+            if self.guided(&response).await? {
+                continue;
+            }
+            let calls: Vec<FunctionCallItem> = response.function_calls().cloned().collect();
+            if calls.is_empty() {
+                let text = response.text().unwrap_or_default();
+                for item in response.items {
+                    ctx.append_item(item);
+                }
+                return Ok(text);
+            }
+            if self.state.tool_rounds >= MAX_TOOL_ROUNDS {
+                // A recovery round that still calls tools: its calls do not run and it is not stored.
+                self.state.limit_attempts += 1;
+                if self.state.limit_attempts > MAX_RECOVERIES {
+                    return Err(Stop::ToolRoundLimit(Error::ToolRoundLimit {
+                        step_id: self.step_id.to_owned(),
+                        max_rounds: MAX_TOOL_ROUNDS,
+                    }));
+                }
+                limit_exceeded(ctx, emit, self.state.limit_attempts);
+                self.state.ask_to_continue();
+                continue;
+            }
+            self.tool_round(response.items, calls).await?;
+        }
+    }
+
+    /// Offers `before_round` steer points: before every request of the turn but its first.
+    fn offer_steers_before_round(&mut self) {
+        if let Some(inbox) = self.ctx.steers()
+            && inbox.mark_request()
+            && inbox.has_pending()
+        {
+            let applied = inbox.take(SteerPoint::BeforeRound, self.ctx);
+            self.apply_steers(applied, SteerPoint::BeforeRound);
+        }
+    }
+
+    /// Sends the next request (with `continue` when it is a recovery round) and consumes its stream.
+    async fn request(&mut self) -> Result<RoundOutcome> {
+        let (ctx, emit, spec) = (self.ctx, self.env.emit, self.spec);
+        let carry_continue = std::mem::take(&mut self.state.carry_continue);
+        if carry_continue {
+            self.conversation.push(Item::user_text(CONTINUE));
+        }
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ModelCallStarted {
+                    round: self.state.round,
+                    message_count: self.conversation.len(),
+                    tool_count: self.tools.specs.len(),
+                    recovery_continuation: carry_continue,
+                },
+            );
+        }
+        let mut request = ModelRequest::new(&spec.model, &self.conversation, &spec.params)
+            .with_instructions(self.instructions)
+            .with_tools(&self.tools.specs)
+            .with_output(spec.output.as_ref().map(|output| &output.format));
+        request.round = self.state.round;
+        request.thread_id = ctx.thread_id();
+        request.resource_id = ctx.resource_id();
+        let result = run_round(&self.env, &request).await;
+        if carry_continue {
+            self.conversation.pop();
+        }
+        result
+    }
+
+    /// A round cut by a steer at an `item_done` point: keeps what completed, answers its calls as
+    /// skipped, then the steer; the next request asks again.
+    async fn keep_cut_round(&mut self, completed: Vec<Item>, applied: Applied) -> Result<()> {
+        let calls: Vec<FunctionCallItem> = completed
+            .iter()
+            .filter_map(Item::as_function_call)
+            .cloned()
+            .collect();
+        for item in completed {
+            self.ctx.append_item(item.clone());
+            self.conversation.push(item);
+        }
+        for call in &calls {
+            let output = Item::function_call_output(call.call_id.clone(), SKIPPED_BY_STEER);
+            self.ctx.append_item(output.clone());
+            self.conversation.push(output);
+        }
+        self.state.tool_calls.extend(calls);
+        self.apply_steers(applied, SteerPoint::ItemDone);
+        self.record_round(self.state.tool_rounds).await?;
+        self.state.round += 1;
+        Ok(())
+    }
+
+    /// A failed, incomplete or empty response: discarded, and a recovery round follows unless there
+    /// were too many in a row (`MODEL_CALL_FAILED`).
+    fn discard_failed(&mut self, response: &ModelResponse) -> Result<()> {
+        let (ctx, emit, round) = (self.ctx, self.env.emit, self.state.round);
+        self.state.failures += 1;
+        let recoverable = self.state.failures <= MAX_RECOVERIES;
+        let message = failure_message(response);
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ModelCallFailed {
+                    round,
+                    status: response.status,
+                    error: message.clone(),
+                    recoverable,
+                },
+            );
+        }
+        if !recoverable {
+            return Err(Error::ModelCallFailed {
+                step_id: self.step_id.to_owned(),
+                round,
+                status: response.status,
+                message,
+            });
+        }
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ModelCallRecoveryContinue {
+                    round,
+                    status: response.status,
+                    attempt: self.state.failures,
+                    max_attempts: MAX_RECOVERIES,
+                },
+            );
+        }
+        self.state.ask_to_continue();
+        Ok(())
+    }
+
+    /// The layers' `after_model_call` gate: `true` when they guided the model (the response is
+    /// discarded and the guidance joins the next request, not the log).
+    async fn guided(&mut self, response: &ModelResponse) -> Result<bool> {
+        if self.layers.is_empty() {
+            return Ok(false);
+        }
+        match gate_response(self.ctx, self.layers, &response.items).await {
+            LayerDecision::Deny { guidance } => Err(Error::SteeringDenied { guidance }),
+            LayerDecision::Guide { guidance } if self.state.guides < MAX_GUIDES => {
+                self.state.guides += 1;
+                self.conversation.push(Item::developer_text(guidance));
+                self.state.round += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Records the response, runs its calls and appends their outputs (and any steer that cut them).
+    async fn tool_round(&mut self, items: Vec<Item>, calls: Vec<FunctionCallItem>) -> Result<()> {
+        let (ctx, emit, round) = (self.ctx, self.env.emit, self.state.round);
+        for item in items {
+            ctx.append_item(item.clone());
+            self.conversation.push(item);
+        }
+        // The response is recorded before its calls run, so a crash from here on never asks for it
+        // again: the calls without outputs run on resume.
+        self.record_round(self.state.tool_rounds + 1).await?;
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ToolRoundStarted {
+                    round,
+                    tool_count: calls.len(),
+                },
+            );
+        }
+        let outcome = run_calls(&calls, self.tools, ctx, self.spec.tool_concurrency, emit).await?;
+        if emit.active(ctx) {
+            emit.emit(
+                ctx,
+                FrameworkEvent::ToolRoundCompleted {
+                    round,
+                    tool_count: calls.len(),
+                },
+            );
+        }
+        self.conversation.extend(outcome.outputs);
+        self.state.tool_calls.extend(calls);
+        if let Some(applied) = outcome.steered {
+            self.apply_steers(applied, SteerPoint::BeforeToolCall);
+        }
+        self.state.tool_rounds += 1;
+        if self.state.tool_rounds == MAX_TOOL_ROUNDS {
+            self.state.limit_attempts = 1;
+            limit_exceeded(ctx, emit, self.state.limit_attempts);
+            self.state.carry_continue = true;
+        }
+        self.state.round += 1;
+        Ok(())
+    }
+
+    /// Records a round boundary on a durable root: the round's items are in the log, the next request
+    /// is `round + 1` and `tool_rounds` rounds' calls ran (or are running).
+    async fn record_round(&self, tool_rounds: u32) -> Result<()> {
+        let Some((journal, path)) = self.journal else {
+            return Ok(());
+        };
+        journal.set_cursor(
+            path,
+            Cursor {
+                step_start: self.step_start,
+                first_new_item: self.first_new_item,
+                round: self.state.round + 1,
+                tool_rounds,
+                spend: self.state.spend,
+            },
+        );
+        self.ctx.checkpoint().await
+    }
+
+    /// Appends applied steers (role and content parts as sent) to the log and the conversation, and
+    /// emits `steer_applied` (a session event: not subject to the step's `emit` policy).
+    fn apply_steers(&mut self, applied: Applied, point: SteerPoint) {
+        if applied.is_empty() {
+            return;
+        }
+        for item in applied.items {
+            self.ctx.append_item(item.clone());
+            self.conversation.push(item);
+        }
+        self.ctx.emit(FrameworkEvent::SteerApplied {
+            message_ids: applied.message_ids,
+            point,
+            round: self.state.round,
+        });
     }
 }
 
@@ -379,124 +527,6 @@ fn unanswered_calls(items: &[Item]) -> Vec<FunctionCallItem> {
         .filter(|call| !answered.contains(call.call_id.as_str()))
         .cloned()
         .collect()
-}
-
-/// What the step does with its input (see [`Origin`]): a root string input is appended to the log as
-/// a user message; a forwarded string that is not already the newest assistant message of the log is
-/// returned, to be sent with the step's requests without being stored; anything else is neither.
-fn step_input(ctx: &Context, origin: &Origin, input: &Value) -> Option<Item> {
-    let Value::String(text) = input else {
-        return None;
-    };
-    if text.is_empty() {
-        return None;
-    }
-    match origin {
-        Origin::Root => {
-            ctx.append_item(Item::user_text(text.as_str()));
-            None
-        }
-        Origin::Forwarded if !ctx.newest_assistant_text_is(text) => {
-            Some(Item::user_text(text.as_str()))
-        }
-        Origin::Forwarded | Origin::FedBack | Origin::Turn(_) => None,
-    }
-}
-
-/// The first request's instructions and conversation, built from the context's item log: system
-/// items become instructions, the layers (`layers`, in slot order) project the history and recall
-/// around it, within `token_budget` when one is set. Also what each layer contributed.
-pub(crate) async fn assemble_request(
-    ctx: &Context,
-    layers: &[std::sync::Arc<dyn ContextLayer>],
-    step_instructions: Option<&str>,
-    input: &Value,
-    token_budget: Option<usize>,
-) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
-    assemble_step_request(
-        ctx,
-        layers,
-        step_instructions,
-        input,
-        None,
-        token_budget,
-        None,
-    )
-    .await
-}
-
-/// [`assemble_request`] with the step's request-only input (`step_input`) after the history, inside
-/// the recall placement and the budget; the history is the log's first `history_end` items when given.
-async fn assemble_step_request(
-    ctx: &Context,
-    layers: &[std::sync::Arc<dyn ContextLayer>],
-    step_instructions: Option<&str>,
-    input: &Value,
-    step_input: Option<Item>,
-    token_budget: Option<usize>,
-    history_end: Option<usize>,
-) -> (Option<String>, Vec<Item>, Vec<LayerUsage>) {
-    let mut history = ctx.items();
-    if let Some(end) = history_end {
-        history.truncate(end);
-    }
-    let (instructions, mut conversation) = assemble(step_instructions, history);
-    if !layers.is_empty() {
-        conversation = project_history(layers, conversation);
-    }
-    conversation.extend(step_input);
-    let mut layer_usage: Vec<LayerUsage> = Vec::new();
-    if !layers.is_empty() || token_budget.is_some() {
-        let query = query_text(input, &conversation);
-        let recalled = recall(ctx, layers, &query).await;
-        (conversation, layer_usage) = place_recall(conversation, recalled, token_budget);
-    }
-    (instructions, conversation, layer_usage)
-}
-
-/// Appends applied steers (role and content parts as sent) to the log and the conversation, and emits
-/// `steer_applied` (a session event: not subject to the step's `emit` policy).
-fn apply_steers(
-    ctx: &Context,
-    conversation: &mut Vec<Item>,
-    applied: Applied,
-    point: SteerPoint,
-    round: u32,
-) {
-    if applied.is_empty() {
-        return;
-    }
-    for item in applied.items {
-        ctx.append_item(item.clone());
-        conversation.push(item);
-    }
-    ctx.emit(FrameworkEvent::SteerApplied {
-        message_ids: applied.message_ids,
-        point,
-        round,
-    });
-}
-
-/// Splits the log into instructions (the step's, then the texts of system items, blank-line separated)
-/// and the conversation sent as input.
-fn assemble(step_instructions: Option<&str>, log: Vec<Item>) -> (Option<String>, Vec<Item>) {
-    let mut instructions = step_instructions.map(str::to_owned);
-    let mut conversation = Vec::with_capacity(log.len() + 4);
-    for item in log {
-        if item.role() == Some(Role::System) {
-            let text = item.text().unwrap_or_default();
-            match &mut instructions {
-                Some(existing) => {
-                    existing.push_str("\n\n");
-                    existing.push_str(&text);
-                }
-                None => instructions = Some(text),
-            }
-        } else {
-            conversation.push(item);
-        }
-    }
-    (instructions, conversation)
 }
 
 fn failure_message(response: &ModelResponse) -> String {
@@ -548,103 +578,4 @@ fn finish_meta(
         response_items,
         last_layer_usage,
     });
-}
-
-/// The recall query: the step's input text, else the newest user message's text.
-fn query_text(input: &Value, conversation: &[Item]) -> String {
-    match input {
-        Value::String(text) if !text.is_empty() => text.clone(),
-        _ => conversation
-            .iter()
-            .rev()
-            .find(|item| item.role() == Some(Role::User))
-            .and_then(Item::text)
-            .unwrap_or_default(),
-    }
-}
-
-/// What one layer recalled, with what the budget needs to know.
-struct Recalled {
-    band: Band,
-    min_tokens: usize,
-    output: RecallLayerOutput,
-}
-
-/// Calls `recall` on each layer in slot order; a failing layer is logged and skipped.
-async fn recall(
-    ctx: &Context,
-    layers: &[std::sync::Arc<dyn ContextLayer>],
-    query: &str,
-) -> Vec<Recalled> {
-    let mut recalled = Vec::new();
-    for layer in layers {
-        match layer.recall(LayerCtx::new(ctx, layer.id()), query).await {
-            Ok(Some(output)) => recalled.push(Recalled {
-                band: layer.band(),
-                min_tokens: layer.min_tokens(),
-                output,
-            }),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(layer = layer.id(), %error, "layer recall failed"),
-        }
-    }
-    recalled
-}
-
-/// Places recalled items before or after the history (cutting both to the budget, when one is
-/// set) and reports what each layer contributed.
-fn place_recall(
-    history: Vec<Item>,
-    mut recalled: Vec<Recalled>,
-    budget: Option<usize>,
-) -> (Vec<Item>, Vec<LayerUsage>) {
-    let history = match budget {
-        None => history,
-        Some(total) => {
-            let wants: Vec<(usize, usize)> = recalled
-                .iter()
-                .map(|entry| (entry.min_tokens, entry.output.token_count))
-                .collect();
-            let history_wanted = history.iter().map(estimate_tokens).sum();
-            let plan = allocate_budget(total, &wants, history_wanted);
-            for (entry, tokens) in recalled.iter_mut().zip(plan.layer_tokens) {
-                if entry.output.token_count > tokens {
-                    entry.output.items = fit_items(&entry.output.items, tokens);
-                    entry.output.token_count = entry.output.items.iter().map(estimate_tokens).sum();
-                }
-            }
-            fit_history(&history, plan.history_tokens)
-        }
-    };
-    let usage = recalled
-        .iter()
-        .map(|entry| LayerUsage {
-            layer_id: entry.output.layer_id.clone(),
-            token_count: entry.output.token_count,
-        })
-        .collect();
-    let mut conversation = Vec::with_capacity(history.len() + recalled.len());
-    let mut after = Vec::new();
-    for entry in recalled {
-        match entry.band {
-            Band::AfterHistory => after.extend(entry.output.items),
-            _ => conversation.extend(entry.output.items),
-        }
-    }
-    conversation.extend(history);
-    conversation.extend(after);
-    (conversation, usage)
-}
-
-/// Calls `store` on each layer in slot order with the items the step appended; failures are logged.
-async fn store(ctx: &Context, layers: &[std::sync::Arc<dyn ContextLayer>], step_start: usize) {
-    let new_items = ctx.items_since(step_start);
-    for layer in layers {
-        if let Err(error) = layer
-            .store(LayerCtx::new(ctx, layer.id()), &new_items)
-            .await
-        {
-            tracing::warn!(layer = layer.id(), %error, "layer store failed");
-        }
-    }
 }

@@ -1,6 +1,5 @@
 //! One round: send the request, consume the stream under the idle watchdog, fold it into a response.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -88,7 +87,7 @@ pub(super) async fn run_round(
         biased;
         () = ctx.cancelled() => return Err(Error::cancelled(ctx.abort_reason())),
         () = &mut watchdog => return Err(stalled()),
-        started = provider.stream(request) => started.map_err(|error| with_round(error, round))?,
+        started = provider.stream(request) => started.map_err(|error| error.in_round(round))?,
     };
     let mut events = started.events;
     let mut accumulator = ResponseAccumulator::new();
@@ -111,7 +110,7 @@ pub(super) async fn run_round(
             }
         };
         let Some(event) = next else { break };
-        let event = event.map_err(|error| with_round(error, round))?;
+        let event = event.map_err(|error| error.in_round(round))?;
         last_event = Instant::now();
         if first {
             first = false;
@@ -122,7 +121,7 @@ pub(super) async fn run_round(
         let item_done = accumulator.push(&event).is_some();
         let terminal = matches!(event, ResponseEvent::Finished(_));
         if ctx.has_event_sink() {
-            ctx.emit_stream(StreamEvent::Sdk(Arc::new(event)));
+            ctx.emit_stream(StreamEvent::Sdk(event));
         }
         if terminal {
             break;
@@ -139,22 +138,4 @@ pub(super) async fn run_round(
     accumulator
         .finish(provider_name, round)
         .map(RoundOutcome::Finished)
-}
-
-/// Stamps the round on a provider error that does not carry one yet.
-fn with_round(error: Error, round: u32) -> Error {
-    match error {
-        Error::Provider {
-            provider,
-            status,
-            message,
-            round: None,
-        } => Error::Provider {
-            provider,
-            status,
-            message,
-            round: Some(round),
-        },
-        other => other,
-    }
 }

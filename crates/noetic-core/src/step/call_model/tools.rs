@@ -18,7 +18,7 @@ use crate::steer::SteerPoint;
 use crate::tool::{Tool, ToolContext, output_text};
 
 /// The tools of one step: what is offered, and how wire names map back.
-pub(super) struct ToolSet {
+pub(crate) struct ToolSet {
     tools: Vec<Tool>,
     pub(super) specs: Vec<ToolSpec>,
 }
