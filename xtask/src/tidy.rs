@@ -300,12 +300,10 @@ fn impl_blocks_of_context_and_agent_harness_stay_in_their_home() -> Result {
 }
 
 /// The modules of noetic-core allowed to import one another in a cycle: the context, the runtime it
-/// holds, the run protocol, the steps it runs, the layer and tool hooks and loop predicates that take
-/// a context, and the sessions whose turns own the steer inbox a context carries (ARCHITECTURE.md).
-/// Every other module is outside every cycle.
-const KERNEL: &[&str] = &[
-    "context", "runtime", "exec", "step", "layer", "tool", "until", "session",
-];
+/// holds, the run protocol, the steps it runs (loop predicates included), and the layer and tool
+/// hooks that take a context (ARCHITECTURE.md). Every other module — sessions included — is outside
+/// every cycle.
+const KERNEL: &[&str] = &["context", "runtime", "exec", "step", "layer", "tool"];
 
 /// The import graph of noetic-core's top-level modules, from the `crate::…` paths in code: `use`
 /// lines and inline paths, with the crate root's re-exports (`crate::{Context, Result}`) resolved to

@@ -43,9 +43,11 @@ mod step;
 mod step_kind;
 mod sync;
 mod tool;
-pub mod until;
 mod usage;
 pub mod workflow;
+
+/// Loop stop predicates (they live with the loop step).
+pub use step::until;
 
 pub use adapter::{
     Commit, DurableStore, InMemoryStorage, KvDurableStore, Lease, LeaseRequest, StorageAdapter,

@@ -24,7 +24,7 @@ pub struct RestoreOptions {
     /// The restored context's layers (default: the runtime's).
     pub layers: Option<Vec<Arc<dyn ContextLayer>>>,
     /// A resumed session turn's steer inbox and transcript (set by the session runner).
-    pub(crate) turn: Option<(Arc<crate::session::SteerInbox>, Arc<super::Transcript>)>,
+    pub(crate) turn: Option<(Arc<super::SteerInbox>, Arc<super::Transcript>)>,
 }
 
 impl RestoreOptions {

@@ -18,16 +18,18 @@ use crate::channel::RootChannels;
 
 mod channels;
 mod durable;
+mod steers;
 
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::lifecycle::LayerLife;
 use crate::layer::{ContextLayer, LayerCtx, LayerUsage};
 use crate::runtime::Runtime;
-use crate::session::SteerInbox;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
 pub use durable::RestoreOptions;
+pub use steers::OnSteer;
+pub(crate) use steers::{Applied, SteerInbox};
 
 /// The deepest a context may be nested before steps refuse to run.
 pub const MAX_DEPTH: u32 = 64;

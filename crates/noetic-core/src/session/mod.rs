@@ -20,22 +20,20 @@ mod bus;
 mod durable;
 mod runner;
 mod sessions;
-mod steer;
 mod streams;
 
+pub use crate::context::OnSteer;
 pub use crate::steer::{DeliveryMode, Steer, SteerDecision, SteerPoint, default_decision};
 pub use api::{AbortOptions, ExecuteOptions, HarnessResponse, Input, Scope, SessionStatus};
 pub use bus::{
     DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES, Replay, UNWATCHED_EVENT_BYTES,
 };
-pub use steer::OnSteer;
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
 pub(crate) use durable::threads_with_work;
 pub(crate) use runner::Message;
 pub use sessions::DEFAULT_SESSION_IDLE_TTL;
 pub(crate) use sessions::Sessions;
-pub(crate) use steer::{Applied, SteerInbox};
 pub(crate) use streams::{item_snapshots, text_chunks};
 
 /// The thread used when `ExecuteOptions::thread_id` is not set.

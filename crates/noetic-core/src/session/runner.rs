@@ -12,7 +12,7 @@ use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::durable::{LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
-use super::steer::SteerInbox;
+use crate::context::SteerInbox;
 use crate::context::{Context, ContextOptions, RestoreOptions, Transcript};
 use crate::event::{FrameworkEvent, StreamEvent};
 use crate::item::Item;

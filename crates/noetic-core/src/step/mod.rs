@@ -23,6 +23,7 @@ mod parallel;
 mod run_code;
 mod schedule;
 mod spawn;
+pub mod until;
 mod with_context;
 
 pub use call_model::{CallModelBuilder, MAX_RECOVERIES, MAX_TOOL_ROUNDS, call_model};

@@ -6,13 +6,13 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::EmitPolicy;
+use crate::context::Applied;
 use crate::context::Context;
 use crate::event::{FrameworkEvent, StreamEvent};
 use crate::item::Item;
 use crate::model::{
     ModelProvider, ModelRequest, ModelResponse, ResponseAccumulator, ResponseEvent,
 };
-use crate::session::Applied;
 use crate::steer::SteerPoint;
 use crate::{Error, Result};
 

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use super::EmitPolicy;
 use crate::Result;
+use crate::context::Applied;
 use crate::context::Context;
 use crate::event::FrameworkEvent;
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::{LayerDecision, ToolCallView, gate_tool_call};
 use crate::model::ToolSpec;
-use crate::session::Applied;
 use crate::steer::SteerPoint;
 use crate::tool::{Tool, ToolContext, output_text};
 

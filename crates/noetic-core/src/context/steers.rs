@@ -1,4 +1,6 @@
-//! Steering: messages that join a running turn at the next steer point of its model calls.
+//! Steering: messages that join a running turn at the next steer point of its model calls. The
+//! turn's [`SteerInbox`] rides on its context (the session pushes, the model calls take), so it lives
+//! with the context, not with the sessions.
 //!
 //! A model call offers queued steers at three points: `item_done` (the stream finished an output item),
 //! `before_tool_call` (before each tool call of a round, when calls run one at a time) and
