@@ -46,6 +46,16 @@ pub enum FrameworkEvent {
         /// How long it ran, in milliseconds.
         duration_ms: u64,
     },
+    /// A graceful drain began: the model calls in flight it waits for.
+    DrainStarted {
+        /// The calls in flight when it began.
+        calls: Vec<crate::drain::PaidCall>,
+    },
+    /// A graceful drain ended (the cancel then proceeds).
+    DrainFinished {
+        /// What it did.
+        report: crate::drain::DrainReport,
+    },
     /// A session turn failed or was aborted.
     TurnAborted {
         /// The turn's id.
@@ -202,6 +212,8 @@ impl FrameworkEvent {
             FrameworkEvent::TurnStarted { .. } => FrameworkEventKind::TurnStarted,
             FrameworkEvent::TurnCompleted { .. } => FrameworkEventKind::TurnCompleted,
             FrameworkEvent::TurnAborted { .. } => FrameworkEventKind::TurnAborted,
+            FrameworkEvent::DrainStarted { .. } => FrameworkEventKind::DrainStarted,
+            FrameworkEvent::DrainFinished { .. } => FrameworkEventKind::DrainFinished,
             FrameworkEvent::SteerApplied { .. } => FrameworkEventKind::SteerApplied,
             FrameworkEvent::SteerDropped { .. } => FrameworkEventKind::SteerDropped,
             FrameworkEvent::StepStarted { .. } => FrameworkEventKind::StepStarted,
@@ -276,6 +288,10 @@ pub enum FrameworkEventKind {
     ToolCallCompleted,
     /// `tool_round_limit_exceeded`: [`FrameworkEvent::ToolRoundLimitExceeded`].
     ToolRoundLimitExceeded,
+    /// `drain_started`: [`FrameworkEvent::DrainStarted`].
+    DrainStarted,
+    /// `drain_finished`: [`FrameworkEvent::DrainFinished`].
+    DrainFinished,
 }
 
 impl FrameworkEventKind {
@@ -301,6 +317,8 @@ impl FrameworkEventKind {
         FrameworkEventKind::ToolCallStarted,
         FrameworkEventKind::ToolCallCompleted,
         FrameworkEventKind::ToolRoundLimitExceeded,
+        FrameworkEventKind::DrainStarted,
+        FrameworkEventKind::DrainFinished,
     ];
 
     /// The unprefixed type name (`step_started`, …), as in the JSON of the event.
@@ -326,6 +344,8 @@ impl FrameworkEventKind {
             FrameworkEventKind::ToolCallStarted => "tool_call_started",
             FrameworkEventKind::ToolCallCompleted => "tool_call_completed",
             FrameworkEventKind::ToolRoundLimitExceeded => "tool_round_limit_exceeded",
+            FrameworkEventKind::DrainStarted => "drain_started",
+            FrameworkEventKind::DrainFinished => "drain_finished",
         }
     }
 

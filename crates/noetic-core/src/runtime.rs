@@ -22,6 +22,7 @@ use crate::context::OnSteer;
 use crate::context::{Context, ContextOptions};
 use crate::layer::ContextLayer;
 use crate::model::ModelProvider;
+use crate::paid::PaidCalls;
 use crate::steer::{Steer, SteerDecision, SteerPoint};
 use crate::step::StepRef;
 use crate::tool::Tool;
@@ -63,9 +64,17 @@ pub struct Runtime {
     /// Where checkpoints, the step ledger and leases persist; `None` keeps every durability call a
     /// no-op.
     durability: Option<Durability>,
+    /// The paid-call records of every model round run on this runtime (the one piece of state here:
+    /// rounds add and end records as they run).
+    paid_calls: Arc<PaidCalls>,
 }
 
 impl Runtime {
+    /// The paid-call records of this runtime's rounds.
+    pub(crate) fn paid_calls(&self) -> &Arc<PaidCalls> {
+        &self.paid_calls
+    }
+
     /// Starts building a runtime called `name` (the prefix of its framework events).
     pub fn builder(name: impl Into<String>) -> RuntimeBuilder {
         RuntimeBuilder {
@@ -353,6 +362,7 @@ impl RuntimeBuilder {
                 lease_ttl: self.lease_ttl,
                 retention: self.retention,
             }),
+            paid_calls: Arc::default(),
         })
     }
 }

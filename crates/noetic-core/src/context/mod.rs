@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::channel::RootChannels;
 
 mod channels;
+mod drain;
 mod durable;
 mod steers;
 
@@ -194,6 +195,8 @@ struct ContextInner {
     journal: Option<Arc<crate::checkpoint::Journal>>,
     /// The session turn's transcript this context records its appends in, when it belongs to a turn.
     transcript: Option<TranscriptRef>,
+    /// The graceful drain of a cancel on this context, once one started (`drain.rs`).
+    drain: OnceLock<Arc<drain::Drain>>,
 }
 
 /// Every item appended in any context of one session turn (its root context, spawned children,
@@ -428,6 +431,7 @@ impl Context {
                 channels: RootChannels::default(),
                 transcript: fields.transcript,
                 journal: fields.journal,
+                drain: OnceLock::new(),
             }),
         }
     }

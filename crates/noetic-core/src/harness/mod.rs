@@ -6,6 +6,7 @@
 //! [`Context::runtime`].
 
 mod builder;
+mod cancel;
 mod channels;
 mod durable;
 mod session;

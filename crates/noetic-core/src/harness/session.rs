@@ -239,13 +239,19 @@ impl AgentHarness {
     /// Aborts the thread's running turn and waits until it has ended (`CANCELLED`, with `reason`).
     /// Messages queued behind it still run.
     ///
+    /// With [`AbortOptions::drain`], the turn drains first, as [`AgentHarness::cancel`] drains a
+    /// context: nothing new starts, the model rounds in flight may finish within the window, and
+    /// [`AgentHarness::status`] reports [`crate::SessionStatus::Draining`] meanwhile. Resolves with
+    /// the drain's report (`None` without a drain, or with no turn running); a second abort during
+    /// the drain stops it at once and resolves with the same report.
+    ///
     /// # Cancel safety
-    /// Cancel safe: the abort is requested before the first await point.
-    pub async fn abort(&self, options: AbortOptions) {
+    /// Without a drain, cancel safe: the abort is requested before the first await point. Dropped
+    /// during a drain, the drain runs on to its deadline and the turn is not aborted.
+    pub async fn abort(&self, options: AbortOptions) -> Option<crate::DrainReport> {
         let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
-        if let Some(session) = self.sessions().get(thread_id) {
-            session.abort(options.reason).await;
-        }
+        let session = self.sessions().get(thread_id)?;
+        session.abort(options.reason, options.drain).await
     }
 
     /// Replaces the thread's history before its next turn (e.g. items read back from disk).

@@ -143,6 +143,9 @@ pub struct AbortOptions {
     pub thread_id: Option<String>,
     /// Why (becomes the turn's `CANCELLED` reason).
     pub reason: Option<String>,
+    /// How long the turn's model rounds in flight may take to finish first (a graceful drain, as
+    /// [`crate::CancelOptions::drain`]); `None` cuts at once.
+    pub drain: Option<std::time::Duration>,
 }
 
 impl AbortOptions {
@@ -160,6 +163,12 @@ impl AbortOptions {
     /// Sets the reason.
     pub fn reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
+        self
+    }
+
+    /// Drains the turn's in-flight model rounds for up to `window` first.
+    pub fn drain(mut self, window: std::time::Duration) -> Self {
+        self.drain = Some(window);
         self
     }
 }
@@ -181,6 +190,14 @@ pub enum SessionStatus {
         turn_id: String,
         /// When it started.
         started_at: SystemTime,
+    },
+    /// The running turn is draining before it stops: nothing new starts, the model rounds in
+    /// flight may finish until `deadline`.
+    Draining {
+        /// The turn's id.
+        turn_id: String,
+        /// When what is still in flight is cut off.
+        deadline: SystemTime,
     },
     /// The running turn was asked to stop and has not stopped yet.
     Aborting {

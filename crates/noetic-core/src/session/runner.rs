@@ -14,6 +14,7 @@ use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::durable::{LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
 use crate::context::SteerInbox;
 use crate::context::{Context, ContextOptions, RestoreOptions, Transcript};
+use crate::drain::DrainReport;
 use crate::event::{FrameworkEvent, StreamEvent};
 use crate::item::Item;
 use crate::runtime::Runtime;
@@ -85,6 +86,8 @@ struct Running {
     inbox: Arc<SteerInbox>,
     started_at: SystemTime,
     aborting: bool,
+    /// When the drain of an abort cuts what is still in flight, while it drains.
+    draining: Option<SystemTime>,
 }
 
 impl Session {
@@ -278,6 +281,14 @@ impl Session {
             Some(running) if running.aborting => SessionStatus::Aborting {
                 turn_id: running.turn_id.clone(),
             },
+            Some(Running {
+                turn_id,
+                draining: Some(deadline),
+                ..
+            }) => SessionStatus::Draining {
+                turn_id: turn_id.clone(),
+                deadline: *deadline,
+            },
             Some(running) => SessionStatus::Running {
                 turn_id: running.turn_id.clone(),
                 started_at: running.started_at,
@@ -294,14 +305,38 @@ impl Session {
     }
 
     /// Aborts the running turn (if any) and waits until it has ended. Queued messages stay queued.
-    pub(crate) async fn abort(&self, reason: Option<String>) {
+    pub(crate) async fn abort(
+        &self,
+        reason: Option<String>,
+        drain: Option<std::time::Duration>,
+    ) -> Option<DrainReport> {
+        // A drain first (or, during one, stopping it): the turn keeps running meanwhile.
+        let draining = {
+            let mut state = self.state();
+            let running = state.running.as_mut()?;
+            let drains = drain.is_some() || running.draining.is_some();
+            if drains && !running.aborting && running.draining.is_none() {
+                running.draining = Some(SystemTime::now() + drain.unwrap_or_default());
+            }
+            (drains && !running.aborting).then(|| running.ctx.clone())
+        };
+        let report = match draining {
+            Some(ctx) => {
+                self.bump();
+                let report = ctx.drain(drain.unwrap_or_default()).await;
+                Some(report)
+            }
+            None => None,
+        };
         let turn_id = {
             let mut state = self.state();
+            // The turn may have ended during the drain.
             let Some(running) = state.running.as_mut() else {
-                return;
+                return report;
             };
             if !running.aborting {
                 running.aborting = true;
+                running.draining = None;
                 running.ctx.abort(reason);
             }
             running.turn_id.clone()
@@ -314,7 +349,7 @@ impl Session {
                 .as_ref()
                 .is_some_and(|running| running.turn_id == turn_id);
             if !still_running || changes.changed().await.is_err() {
-                return;
+                return report;
             }
         }
     }
@@ -525,6 +560,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
             inbox: inbox.clone(),
             started_at: SystemTime::now(),
             aborting: false,
+            draining: None,
         });
         // What the store records of the start: the batch and what still waits.
         let begin = (journal.is_some() && !was_restored).then(|| {

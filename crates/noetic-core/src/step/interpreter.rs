@@ -37,7 +37,8 @@ pub(crate) fn execute<'a>(
                 cause: StepFailure::DepthLimit { limit: MAX_DEPTH },
             });
         }
-        ctx.check_aborted()?;
+        // Under a graceful drain nothing new starts: the step waits for the cancel.
+        ctx.hold_if_draining().await?;
         let kind = node.kind();
         let journal = ctx.journal();
         let path = match journal.map(|journal| journal.enter(&node.id, kind)) {

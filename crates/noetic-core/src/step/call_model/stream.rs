@@ -80,6 +80,8 @@ pub(super) async fn run_round(
             idle_timeout_ms,
         }
     };
+    // The paid-call record comes first: under a drain the request is not sent at all.
+    let call = ctx.dispatch_call(request.model, round).await?;
     let watchdog = tokio::time::sleep(idle_timeout);
     tokio::pin!(watchdog);
 
@@ -87,8 +89,18 @@ pub(super) async fn run_round(
         biased;
         () = ctx.cancelled() => return Err(Error::cancelled(ctx.abort_reason())),
         () = &mut watchdog => return Err(stalled()),
-        started = provider.stream(request) => started.map_err(|error| error.in_round(round))?,
+        started = provider.stream(request) => match started {
+            Ok(started) => started,
+            Err(error) => {
+                // Refused before any response (an error status, no connection): nothing was billed.
+                call.refused();
+                return Err(error.in_round(round));
+            }
+        },
     };
+    if let Some(generation_id) = started.generation_id.as_deref() {
+        call.generation(generation_id);
+    }
     let mut events = started.events;
     let mut accumulator = ResponseAccumulator::new();
     let mut last_event = Instant::now();
@@ -118,6 +130,13 @@ pub(super) async fn run_round(
                 emit.emit(ctx, FrameworkEvent::ModelCallFirstEvent { round });
             }
         }
+        if let ResponseEvent::Created {
+            response_id: Some(id),
+            ..
+        } = &event
+        {
+            call.generation(id);
+        }
         let item_done = accumulator.push(&event).is_some();
         let terminal = matches!(event, ResponseEvent::Finished(_));
         if ctx.has_event_sink() {
@@ -135,7 +154,7 @@ pub(super) async fn run_round(
             }
         }
     }
-    accumulator
-        .finish(provider_name, round)
-        .map(RoundOutcome::Finished)
+    let response = accumulator.finish(provider_name, round)?;
+    call.priced(response.usage, response.cost);
+    Ok(RoundOutcome::Finished(response))
 }

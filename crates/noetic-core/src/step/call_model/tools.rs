@@ -167,7 +167,8 @@ async fn start_call(
     ctx: &Context,
     emit: &EmitPolicy,
 ) -> Result<CallOutcome> {
-    ctx.check_aborted()?;
+    // Under a graceful drain no tool call starts: it waits for the cancel.
+    ctx.hold_if_draining().await?;
     if emit.active(ctx) {
         emit.emit(
             ctx,

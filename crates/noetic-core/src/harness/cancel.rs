@@ -1,0 +1,49 @@
+//! Stopping a context, gracefully or at once, and the paid calls left to reconcile.
+
+use std::time::Duration;
+
+use super::AgentHarness;
+use crate::context::Context;
+use crate::drain::{CancelOptions, DrainReport, PaidCall};
+
+impl AgentHarness {
+    /// Cancels `ctx` and everything beneath it: aborts it (blocked work fails `CANCELLED`, provider
+    /// streams are cut) and closes its layers, children first.
+    ///
+    /// With [`CancelOptions::drain`], a graceful stop first: nothing new starts beneath `ctx` (steps,
+    /// model rounds and tool calls wait), the model rounds already in flight get up to the window to
+    /// finish and be charged, then the cancel proceeds and rounds still running are cut off (their
+    /// paid-call records stay pending, see [`AgentHarness::pending_spend`]). Resolves with the
+    /// drain's report, `None` without a drain. A second cancel during a drain (with or without
+    /// `drain`) stops it at once and resolves with the same report. Events `drain_started` and
+    /// `drain_finished` go to the context's sink.
+    ///
+    /// # Cancel safety
+    /// Dropping the future during a drain leaves the drain running until its deadline with nobody
+    /// to proceed with the cancel: keep it, or cancel again.
+    pub async fn cancel(&self, ctx: &Context, options: CancelOptions) -> Option<DrainReport> {
+        let report = match options.drain {
+            Some(window) => Some(ctx.drain(window).await),
+            // A plain cancel during a drain stops the drain and shares its report.
+            None if ctx.is_draining() => Some(ctx.drain(Duration::ZERO).await),
+            None => None,
+        };
+        ctx.abort(options.reason);
+        ctx.close().await;
+        report
+    }
+
+    /// The paid calls whose rounds ended before they were priced — cut off by a cancel or a steer, or
+    /// broken mid-stream — oldest first: the provider may have billed them, and only its billing says
+    /// what they cost. Match them by `generation_id` against the provider's records, then
+    /// [`AgentHarness::settle_spend`].
+    pub fn pending_spend(&self) -> Vec<PaidCall> {
+        self.inner.runtime.paid_calls().pending()
+    }
+
+    /// Marks the pending paid call `dispatch_id` reconciled at `cost`, returning it (with that cost);
+    /// `None` when no pending call has that id.
+    pub fn settle_spend(&self, dispatch_id: &str, cost: Option<f64>) -> Option<PaidCall> {
+        self.inner.runtime.paid_calls().settle(dispatch_id, cost)
+    }
+}
