@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::usage::TokenUsage;
 
@@ -70,7 +70,7 @@ impl DrainReason {
 }
 
 /// What a paid call was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CallKind {
@@ -83,7 +83,7 @@ pub enum CallKind {
 /// One call a drain accounts for. A finished call the provider billed carries its usage and cost
 /// exactly as charged to its context; one the provider refused, or whose stream was cut before its
 /// response, carries neither. Serialized with the original's camelCase names.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct PaidCall {

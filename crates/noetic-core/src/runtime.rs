@@ -343,6 +343,7 @@ impl RuntimeBuilder {
 
     /// Builds the runtime.
     pub fn build(self) -> Arc<Runtime> {
+        let durable_store = self.durable.clone();
         Arc::new(Runtime {
             name: self.name,
             params: self.params,
@@ -362,7 +363,7 @@ impl RuntimeBuilder {
                 lease_ttl: self.lease_ttl,
                 retention: self.retention,
             }),
-            paid_calls: Arc::default(),
+            paid_calls: Arc::new(PaidCalls::new(durable_store)),
         })
     }
 }

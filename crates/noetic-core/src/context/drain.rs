@@ -114,9 +114,12 @@ impl Context {
             cost: None,
             usage: None,
         };
-        if !calls.dispatch(&dispatch_id, call, self.path(), || {
-            self.active_drain().is_some()
-        }) {
+        let recorded = calls
+            .dispatch(&dispatch_id, call, self.path(), || {
+                self.active_drain().is_some()
+            })
+            .await?;
+        if !recorded {
             self.cancelled().await;
             return Err(Error::cancelled(self.abort_reason()));
         }
@@ -225,15 +228,22 @@ pub(crate) struct CallGuard {
 }
 
 impl CallGuard {
-    /// Notes the provider's generation id (from the response headers or its `created` event).
-    pub(crate) fn generation(&self, generation_id: &str) {
-        self.calls.set_generation(&self.dispatch_id, generation_id);
+    /// Notes the provider's generation id (from the response headers or its `created` event). A
+    /// failure to store it is logged: the record stands without it.
+    pub(crate) async fn generation(&self, generation_id: &str) {
+        if let Err(error) = self
+            .calls
+            .set_generation(&self.dispatch_id, generation_id)
+            .await
+        {
+            tracing::warn!(dispatch_id = %self.dispatch_id, %error, "paid-call generation id not stored");
+        }
     }
 
     /// The response is in: the call is priced with what the provider reported.
-    pub(crate) fn priced(mut self, usage: Option<TokenUsage>, cost: Option<f64>) {
+    pub(crate) async fn priced(mut self, usage: Option<TokenUsage>, cost: Option<f64>) {
         self.ended = true;
-        if let Some(mut call) = self.calls.close(&self.dispatch_id) {
+        if let Some(mut call) = self.close().await {
             call.usage = usage;
             call.cost = cost;
             self.tell_drain(call);
@@ -241,10 +251,22 @@ impl CallGuard {
     }
 
     /// The provider refused the request before any response: nothing to reconcile.
-    pub(crate) fn refused(mut self) {
+    pub(crate) async fn refused(mut self) {
         self.ended = true;
-        if let Some(call) = self.calls.close(&self.dispatch_id) {
+        if let Some(call) = self.close().await {
             self.tell_drain(call);
+        }
+    }
+
+    /// Drops the record; a row that cannot be deleted stays pending (logged).
+    async fn close(&self) -> Option<PaidCall> {
+        let call = self.calls.get(&self.dispatch_id);
+        match self.calls.close(&self.dispatch_id).await {
+            Ok(closed) => closed,
+            Err(error) => {
+                tracing::warn!(dispatch_id = %self.dispatch_id, %error, "paid-call record not removed: it stays pending");
+                call
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::AgentHarness;
+use crate::Result;
 use crate::context::Context;
 use crate::drain::{CancelOptions, DrainReport, PaidCall};
 
@@ -37,13 +38,30 @@ impl AgentHarness {
     /// broken mid-stream — oldest first: the provider may have billed them, and only its billing says
     /// what they cost. Match them by `generation_id` against the provider's records, then
     /// [`AgentHarness::settle_spend`].
-    pub fn pending_spend(&self) -> Vec<PaidCall> {
-        self.inner.runtime.paid_calls().pending()
+    ///
+    /// With durable storage these are the store's records: a process killed mid-stream leaves its
+    /// rounds in flight there, and the next harness on the same storage lists them.
+    ///
+    /// # Errors
+    /// The store's; `CHECKPOINT_CORRUPT` or `CHECKPOINT_SCHEMA_MISMATCH` naming a bad `paid/…` row.
+    pub async fn pending_spend(&self) -> Result<Vec<PaidCall>> {
+        self.inner.runtime.paid_calls().pending().await
     }
 
     /// Marks the pending paid call `dispatch_id` reconciled at `cost`, returning it (with that cost);
-    /// `None` when no pending call has that id.
-    pub fn settle_spend(&self, dispatch_id: &str, cost: Option<f64>) -> Option<PaidCall> {
-        self.inner.runtime.paid_calls().settle(dispatch_id, cost)
+    /// `None` when no pending call has that id (or its round is still running).
+    ///
+    /// # Errors
+    /// As for [`AgentHarness::pending_spend`].
+    pub async fn settle_spend(
+        &self,
+        dispatch_id: &str,
+        cost: Option<f64>,
+    ) -> Result<Option<PaidCall>> {
+        self.inner
+            .runtime
+            .paid_calls()
+            .settle(dispatch_id, cost)
+            .await
     }
 }

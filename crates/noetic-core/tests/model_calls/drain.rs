@@ -175,7 +175,7 @@ async fn a_round_finishing_within_the_drain_is_settled_with_its_spend_and_nothin
     assert_eq!(tool_runs.load(Ordering::SeqCst), 0, "no tool call started");
     assert!(rounds.try_recv().is_err(), "no new round was requested");
     assert!(
-        harness.pending_spend().is_empty(),
+        harness.pending_spend().await.unwrap().is_empty(),
         "a priced round leaves no record"
     );
     let finished = std::iter::from_fn(|| events.try_recv().ok())
@@ -230,16 +230,24 @@ async fn a_round_still_streaming_at_the_deadline_is_cut_off_and_left_pending() {
     let error = run.await.unwrap().unwrap_err();
     assert!(matches!(error, Error::Cancelled { .. }), "{error:?}");
     assert!(round.events.is_closed(), "the request was dropped");
-    let pending = harness.pending_spend();
+    let pending = harness.pending_spend().await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].dispatch_id, cut.dispatch_id);
     assert_eq!(pending[0].generation_id.as_deref(), Some("gen-0"));
     let dispatch_id = cut.dispatch_id.as_deref().unwrap();
-    let settled = harness.settle_spend(dispatch_id, Some(0.1)).unwrap();
+    let settled = harness
+        .settle_spend(dispatch_id, Some(0.1))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(settled.cost, Some(0.1));
-    assert!(harness.pending_spend().is_empty());
+    assert!(harness.pending_spend().await.unwrap().is_empty());
     assert!(
-        harness.settle_spend(dispatch_id, None).is_none(),
+        harness
+            .settle_spend(dispatch_id, None)
+            .await
+            .unwrap()
+            .is_none(),
         "settled once"
     );
 }

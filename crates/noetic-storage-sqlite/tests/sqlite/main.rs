@@ -5,5 +5,6 @@
 mod conformance;
 mod corrupt;
 mod files;
+mod paid;
 mod support;
 mod threads;

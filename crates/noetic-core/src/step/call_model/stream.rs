@@ -93,13 +93,13 @@ pub(super) async fn run_round(
             Ok(started) => started,
             Err(error) => {
                 // Refused before any response (an error status, no connection): nothing was billed.
-                call.refused();
+                call.refused().await;
                 return Err(error.in_round(round));
             }
         },
     };
     if let Some(generation_id) = started.generation_id.as_deref() {
-        call.generation(generation_id);
+        call.generation(generation_id).await;
     }
     let mut events = started.events;
     let mut accumulator = ResponseAccumulator::new();
@@ -135,7 +135,7 @@ pub(super) async fn run_round(
             ..
         } = &event
         {
-            call.generation(id);
+            call.generation(id).await;
         }
         let item_done = accumulator.push(&event).is_some();
         let terminal = matches!(event, ResponseEvent::Finished(_));
@@ -155,6 +155,6 @@ pub(super) async fn run_round(
         }
     }
     let response = accumulator.finish(provider_name, round)?;
-    call.priced(response.usage, response.cost);
+    call.priced(response.usage, response.cost).await;
     Ok(RoundOutcome::Finished(response))
 }
