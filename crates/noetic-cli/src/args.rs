@@ -11,6 +11,8 @@ usage:
                                               its result again if it finished)
   noetic chat FLOW.json [options] [--jsonl]   a session reading messages from stdin while turns run
   noetic validate FLOW.json                   validate a workflow and print its step tree
+  noetic spend --storage sqlite:PATH          print the paid calls left unpriced (cut off, crashed)
+                                              as a JSON array
   noetic --version                            print the version
 
 options:
@@ -31,6 +33,9 @@ options:
                             its --thread across restarts, first finishing a turn a crash cut
   --lease-ttl-ms N          (run, resume, chat) how long the execution's or thread's lease lasts
                             unless renewed (default 30000)
+  --drain-ms N              (run) on SIGTERM or SIGINT, let model rounds in flight finish for up to
+                            N ms before stopping (a second signal stops at once); prints
+                            `drain: {json}` on stderr; exit 128 + the signal's number either way
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
 
 chat commands (plain-line mode): a line is a next-turn message; /steer TEXT, /between TEXT,
@@ -53,6 +58,7 @@ pub(crate) enum Command {
     Resume {
         execution_id: String,
     },
+    Spend,
     Help,
     Version,
 }
@@ -74,6 +80,8 @@ pub(crate) struct Options {
     /// `--storage sqlite:PATH`: the SQLite file of a durable run.
     pub(crate) storage: Option<std::path::PathBuf>,
     pub(crate) lease_ttl: Option<Duration>,
+    /// `--drain-ms N`: how long a signal lets the model rounds in flight finish.
+    pub(crate) drain: Option<Duration>,
 }
 
 /// Parses the arguments (without the program name).
@@ -149,6 +157,13 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                 }
                 options.lease_ttl = Some(Duration::from_millis(millis));
             }
+            "--drain-ms" => {
+                let raw = value("--drain-ms")?;
+                let millis: u64 = raw
+                    .parse()
+                    .map_err(|_| format!("--drain-ms must be a whole number, not `{raw}`"))?;
+                options.drain = Some(Duration::from_millis(millis));
+            }
             flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
             _ => positional.push(arg.clone()),
         }
@@ -174,6 +189,12 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                 return Err("resume needs --storage sqlite:PATH".to_owned());
             }
             Command::Resume { execution_id }
+        }
+        Some("spend") => {
+            if options.storage.is_none() {
+                return Err("spend needs --storage sqlite:PATH".to_owned());
+            }
+            Command::Spend
         }
         Some(other) => return Err(format!("unknown command `{other}`")),
     };
@@ -314,5 +335,21 @@ mod tests {
                 jsonl: true
             }
         );
+    }
+
+    #[test]
+    fn parses_drain_ms_and_spend() {
+        let (_, options) = parse(&args("run f.json hi --drain-ms 2500")).unwrap();
+        assert_eq!(options.drain, Some(Duration::from_millis(2500)));
+        assert!(
+            parse(&args("run f.json --drain-ms soon"))
+                .unwrap_err()
+                .contains("--drain-ms")
+        );
+        assert_eq!(
+            parse(&args("spend --storage sqlite:a.db")).unwrap().0,
+            Command::Spend
+        );
+        assert!(parse(&args("spend")).unwrap_err().contains("--storage"));
     }
 }

@@ -8,13 +8,16 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use noetic_core::{AgentHarness, Context, ContextOptions, Error, EventSink, StreamEvent};
+use noetic_core::{
+    AgentHarness, CancelOptions, Context, ContextOptions, Error, EventSink, StreamEvent,
+};
 use noetic_storage_sqlite::SqliteStorage;
 use serde_json::{Map, Value, json};
 
 use crate::Failure;
 use crate::args::Options;
 use crate::output::{TextPrinter, usage_line};
+use crate::signals::{self, Signals};
 use crate::workflow::{Setup, read, setup_document};
 
 /// The header metadata key of the workflow document, and of the file it came from.
@@ -31,7 +34,12 @@ async fn open(options: &Options) -> Result<SqliteStorage, Failure> {
 }
 
 /// `run FLOW PROMPT --storage sqlite:PATH`.
-pub(crate) async fn run(flow: &str, prompt: String, options: &Options) -> Result<(), Failure> {
+pub(crate) async fn run(
+    flow: &str,
+    prompt: String,
+    options: &Options,
+    signals: Signals,
+) -> Result<(), Failure> {
     let document = read(flow)?;
     let store = open(options).await?;
     let metadata = json!({ FLOW: flow, DOCUMENT: document.to_value() });
@@ -47,10 +55,55 @@ pub(crate) async fn run(flow: &str, prompt: String, options: &Options) -> Result
     // Before the first model request: a script keeps the id even if the process dies right after.
     eprintln!("execution: {}", ctx.id());
     let graph = setup.harness.agent_graph::<Value, Value>()?;
-    let result = setup.harness.run(&graph, Value::String(prompt), &ctx).await;
-    let outcome = printer.finish(&ctx, result, options);
+    let run = setup.harness.run(&graph, Value::String(prompt), &ctx);
+    let result = until_signal(&setup.harness, &ctx, run, options, signals).await;
+    let outcome = match result {
+        Ok(result) => printer.finish(&ctx, result, options),
+        Err(stopped) => Err(stopped),
+    };
     ctx.close().await;
     outcome
+}
+
+/// Runs `run` to its end, unless a signal comes first: then `ctx` is cancelled (draining for
+/// `--drain-ms` first, a second signal stopping the drain), `run` is driven to its end meanwhile (it
+/// is what finishes the rounds in flight), the report is printed, and the signal is the failure.
+async fn until_signal(
+    harness: &AgentHarness,
+    ctx: &Context,
+    run: impl std::future::Future<Output = noetic_core::Result<Value>>,
+    options: &Options,
+    mut signals: Signals,
+) -> Result<noetic_core::Result<Value>, Failure> {
+    let mut run = std::pin::pin!(run);
+    tokio::select! {
+        result = &mut run => Ok(result),
+        signo = signals.next() => {
+            let reason = signals::reason(signo);
+            let stop = async {
+                let mut first = CancelOptions::new().reason(reason);
+                if let Some(window) = options.drain {
+                    first = first.drain(window);
+                }
+                tokio::select! {
+                    report = harness.cancel(ctx, first) => report,
+                    _ = signals.next() => harness.cancel(ctx, CancelOptions::new().reason(reason)).await,
+                }
+            };
+            let (report, _) = tokio::join!(stop, &mut run);
+            signals::report(report.as_ref(), ctx.spend(), Some(ctx.id()), options.output_json);
+            Err(Failure::Signal(signo))
+        }
+    }
+}
+
+/// `spend --storage sqlite:PATH`: the paid calls left unpriced in the file, as a JSON array.
+pub(crate) async fn spend(options: &Options) -> Result<(), Failure> {
+    let store = open(options).await?;
+    let harness = AgentHarness::builder("noetic").durable(store).build()?;
+    let pending = harness.pending_spend().await?;
+    println!("{}", json!(pending));
+    Ok(())
 }
 
 /// `resume ID --storage sqlite:PATH`.

@@ -6,10 +6,12 @@
 //! noetic validate examples/workflows/multi-model-judge.json
 //! noetic run flow.json "Plan a trip" --storage sqlite:runs.db   # prints `execution: ID`
 //! noetic resume ID --storage sqlite:runs.db
+//! noetic spend --storage sqlite:runs.db                          # the paid calls left unpriced
 //! ```
 //!
 //! Exit codes: 0 success; 2 usage error or invalid workflow (the message names the file and the JSON
-//! pointer); 1 runtime failure, printed as `error[CODE]: message`.
+//! pointer); 1 runtime failure, printed as `error[CODE]: message`; 128 + N when `run` was stopped by
+//! signal N (143 for SIGTERM, 130 for SIGINT; see `--drain-ms`).
 
 mod args;
 mod chat;
@@ -17,6 +19,7 @@ mod durable;
 mod output;
 mod provider;
 mod run;
+mod signals;
 mod tools;
 mod workflow;
 
@@ -28,6 +31,8 @@ pub(crate) enum Failure {
     Usage(String),
     /// A runtime error: exit 1, printed with its code.
     Runtime(noetic_core::Error),
+    /// Stopped by this signal (its report already printed): exit 128 + its number.
+    Signal(i32),
 }
 
 impl From<noetic_core::Error> for Failure {
@@ -77,10 +82,12 @@ fn main() -> ExitCode {
                 durable::resume(&execution_id, &options).await
             }
             args::Command::Chat { flow, jsonl } => chat::chat(&flow, jsonl, &options).await,
+            args::Command::Spend => durable::spend(&options).await,
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Signal(signo)) => ExitCode::from(u8::try_from(128 + signo).unwrap_or(u8::MAX)),
         Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
             ExitCode::from(2)

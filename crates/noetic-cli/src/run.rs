@@ -3,12 +3,13 @@
 use std::io::Write;
 
 use futures_util::StreamExt;
-use noetic_core::{ExecuteOptions, FrameworkEvent, Replay, Scope, StreamEvent};
+use noetic_core::{AbortOptions, ExecuteOptions, FrameworkEvent, Replay, Scope, StreamEvent};
 use tokio::io::AsyncReadExt;
 
 use crate::Failure;
 use crate::args::Options;
 use crate::output::{TextPrinter, response_json, usage_line};
+use crate::signals::{self, Signals};
 use crate::workflow::setup;
 
 pub(crate) async fn run(
@@ -16,6 +17,8 @@ pub(crate) async fn run(
     prompt: Option<String>,
     options: &Options,
 ) -> Result<(), Failure> {
+    // From the start: a signal before the turn is not the default action either.
+    let mut signals = Signals::install()?;
     let prompt = match prompt {
         Some(prompt) => prompt,
         None => {
@@ -30,7 +33,7 @@ pub(crate) async fn run(
         }
     };
     if options.storage.is_some() {
-        return crate::durable::run(flow, prompt, options).await;
+        return crate::durable::run(flow, prompt, options, signals).await;
     }
     let setup = setup(flow, options).await?;
     let harness = &setup.harness;
@@ -43,24 +46,48 @@ pub(crate) async fn run(
     }
     harness.execute(prompt, execute).await?;
 
-    let mut stdout = std::io::stdout().lock();
     let mut text = TextPrinter::new();
-    while let Some(event) = events.next().await {
-        if options.events_jsonl {
-            let _ = writeln!(stdout, "{}", event.to_json(harness.name()));
-        } else if !options.output_json {
-            text.event(&event, &mut stdout);
+    let turn = async {
+        while let Some(event) = events.next().await {
+            let mut stdout = std::io::stdout().lock();
+            if options.events_jsonl {
+                let _ = writeln!(stdout, "{}", event.to_json(harness.name()));
+            } else if !options.output_json {
+                text.event(&event, &mut stdout);
+            }
+            if matches!(
+                &*event,
+                StreamEvent::Framework(
+                    FrameworkEvent::TurnCompleted { .. } | FrameworkEvent::TurnAborted { .. }
+                )
+            ) {
+                break;
+            }
         }
-        if matches!(
-            &*event,
-            StreamEvent::Framework(
-                FrameworkEvent::TurnCompleted { .. } | FrameworkEvent::TurnAborted { .. }
-            )
-        ) {
-            break;
+        harness.agent_response(scope.clone()).await
+    };
+    let response = tokio::select! {
+        response = turn => response,
+        signo = signals.next() => {
+            // The turn runs on the session's own task, so it keeps going while it drains.
+            let mut abort = AbortOptions::new().reason(signals::reason(signo));
+            if let Some(thread) = &options.thread {
+                abort = abort.thread_id(thread.clone());
+            }
+            let drain = options.drain.map(|window| harness.abort(abort.clone().drain(window)));
+            let report = match drain {
+                Some(drain) => tokio::select! {
+                    report = drain => report,
+                    _ = signals.next() => harness.abort(abort).await,
+                },
+                None => harness.abort(abort).await,
+            };
+            let spend = harness.usage(scope);
+            signals::report(report.as_ref(), spend, None, options.output_json);
+            return Err(Failure::Signal(signo));
         }
-    }
-    let response = harness.agent_response(scope.clone()).await;
+    };
+    let mut stdout = std::io::stdout().lock();
     let usage = harness.usage(scope);
     let plain = !options.events_jsonl && !options.output_json;
     match response {

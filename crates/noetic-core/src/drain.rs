@@ -105,8 +105,8 @@ pub struct PaidCall {
     /// What it cost, when the provider reported it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
-    /// Its token usage, once the response was in.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Its token usage, once the response was in (`inputTokens`, `outputTokens`, … in JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "camel_usage")]
     pub usage: Option<TokenUsage>,
 }
 
@@ -128,6 +128,51 @@ pub struct DrainReport {
     pub finished: Vec<PaidCall>,
     /// The calls still running when it ended, which the cancel then cut.
     pub cut_off: Vec<PaidCall>,
+}
+
+/// [`TokenUsage`] with the original's camelCase names, as the report's calls carry it.
+mod camel_usage {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::usage::TokenUsage;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Camel {
+        input_tokens: u64,
+        output_tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cached_tokens: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning_tokens: Option<u64>,
+    }
+
+    pub(super) fn serialize<S: Serializer>(
+        usage: &Option<TokenUsage>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        usage
+            .map(|usage| Camel {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cached_tokens: usage.cached_tokens,
+                reasoning_tokens: usage.reasoning_tokens,
+            })
+            .serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<TokenUsage>, D::Error> {
+        Ok(
+            Option::<Camel>::deserialize(deserializer)?.map(|camel| TokenUsage {
+                input_tokens: camel.input_tokens,
+                output_tokens: camel.output_tokens,
+                cached_tokens: camel.cached_tokens,
+                reasoning_tokens: camel.reasoning_tokens,
+            }),
+        )
+    }
 }
 
 fn millis<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
@@ -152,8 +197,12 @@ mod tests {
                 round: Some(2),
                 dispatch_id: Some("d".into()),
                 generation_id: None,
-                cost: None,
-                usage: None,
+                cost: Some(0.5),
+                usage: Some(TokenUsage {
+                    input_tokens: 3,
+                    output_tokens: 1,
+                    ..TokenUsage::default()
+                }),
             }],
         };
         let json = serde_json::to_value(&report).unwrap_or_default();
@@ -162,8 +211,13 @@ mod tests {
             serde_json::json!({
                 "executionId": "e", "reason": "deadline", "durationMs": 1500, "finished": [],
                 "cutOff": [{"kind": "model_round", "model": "m", "executionId": "e", "round": 2,
-                            "dispatchId": "d"}]
+                            "dispatchId": "d", "cost": 0.5,
+                            "usage": {"inputTokens": 3, "outputTokens": 1}}]
             })
         );
+        // A call reads back as it was written (paid-call rows are stored this way).
+        let call: PaidCall =
+            serde_json::from_value(json["cutOff"][0].clone()).unwrap_or_else(|_| unreachable!());
+        assert_eq!(call, report.cut_off[0]);
     }
 }

@@ -12,6 +12,7 @@ mod durable_chat;
 mod examples;
 mod invalid;
 mod run;
+mod signals;
 
 use std::path::PathBuf;
 use std::process::Stdio;

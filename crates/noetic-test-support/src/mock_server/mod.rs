@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -132,6 +133,7 @@ impl MockServer {
             requests: Mutex::new(Vec::new()),
             request_count: watch::channel(0).0,
             shutdown: shutdown.clone(),
+            completed: Arc::new(AtomicUsize::new(0)),
         });
         let router = Router::new()
             .fallback(handle)
@@ -199,6 +201,12 @@ impl MockServer {
     /// Every request received so far, in arrival order, on any route.
     pub fn requests(&self) -> Vec<RecordedHttpRequest> {
         lock(&self.handle.shared.requests).clone()
+    }
+
+    /// How many replies were sent whole: every frame of the body handed to the connection and the
+    /// body ended as planned (not stalled, aborted, or dropped by the client first).
+    pub fn completed_replies(&self) -> usize {
+        self.handle.shared.completed.load(Ordering::SeqCst)
     }
 
     /// How many requests have been received so far, on any route.
@@ -414,6 +422,8 @@ struct Shared {
     request_count: watch::Sender<usize>,
     /// Changes (with an error) when the server is dropped.
     shutdown: watch::Receiver<()>,
+    /// How many reply bodies were sent to their planned end (see `completed_replies`).
+    completed: Arc<AtomicUsize>,
 }
 
 /// Computes a reply from the request (benchmarks: the reply depends on the conversation).
@@ -564,33 +574,49 @@ impl MockReply {
 }
 
 impl Plan {
-    fn respond(self: Arc<Self>, shutdown: watch::Receiver<()>) -> Response {
+    fn respond(
+        self: Arc<Self>,
+        shutdown: watch::Receiver<()>,
+        completed: Arc<AtomicUsize>,
+    ) -> Response {
         let mut response = Response::new(Body::empty());
         *response.status_mut() = self.status;
         for (name, value) in &self.headers {
             response.headers_mut().insert(name.clone(), value.clone());
         }
         *response.body_mut() = match (self.frames.as_slice(), self.ending, self.chunked) {
-            ([], Ending::Finish, false) => Body::empty(),
-            ([whole], Ending::Finish, false) => Body::from(whole.clone()),
-            _ => body_stream(self, shutdown),
+            ([], Ending::Finish, false) => {
+                completed.fetch_add(1, Ordering::SeqCst);
+                Body::empty()
+            }
+            ([whole], Ending::Finish, false) => {
+                completed.fetch_add(1, Ordering::SeqCst);
+                Body::from(whole.clone())
+            }
+            _ => body_stream(self, shutdown, completed),
         };
         response
     }
 }
 
 /// Streams a plan's frames with its pacing, then ends it as planned.
-fn body_stream(plan: Arc<Plan>, shutdown: watch::Receiver<()>) -> Body {
+fn body_stream(
+    plan: Arc<Plan>,
+    shutdown: watch::Receiver<()>,
+    completed: Arc<AtomicUsize>,
+) -> Body {
     struct Cursor {
         plan: Arc<Plan>,
         next: usize,
         shutdown: watch::Receiver<()>,
+        completed: Arc<AtomicUsize>,
         ended: bool,
     }
     let cursor = Cursor {
         plan,
         next: 0,
         shutdown,
+        completed,
         ended: false,
     };
     Body::from_stream(stream::unfold(cursor, |mut cursor| async move {
@@ -616,7 +642,10 @@ fn body_stream(plan: Arc<Plan>, shutdown: watch::Receiver<()>) -> Body {
         }
         cursor.ended = true;
         match cursor.plan.ending {
-            Ending::Finish => None,
+            Ending::Finish => {
+                cursor.completed.fetch_add(1, Ordering::SeqCst);
+                None
+            }
             Ending::Stall => {
                 let _ = cursor.shutdown.changed().await;
                 Some((Err(shut_down()), cursor))
@@ -683,7 +712,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         return json_response(StatusCode::NOT_FOUND, "mock server has no such route");
     }
     match shared.next_reply(&recorded) {
-        Some(plan) => plan.respond(shared.shutdown.clone()),
+        Some(plan) => plan.respond(shared.shutdown.clone(), shared.completed.clone()),
         None => json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             "mock server has no reply queued",

@@ -1,0 +1,229 @@
+//! `noetic run` under SIGTERM and SIGINT: with `--drain-ms` the round in flight finishes (the mock
+//! sent its whole stream) and the `drain:` line says `settled`; a short drain says `deadline` with a
+//! `cutOff` entry; without a drain the run is cut at once. Exit 128 + the signal's number. And the
+//! paid calls a SIGKILL mid-stream leaves are what `noetic spend` lists.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use noetic_test_support::{MockReply, MockServer};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+use crate::{CHILD_TIMEOUT, Finished, TempDir, args, mock_options, noetic, run_noetic, text_reply};
+
+/// A one-step flow.
+fn flow() -> Value {
+    json!({"version": 1, "root": {"kind": "callModel", "id": "answer", "instructions": "Answer."}})
+}
+
+/// A reply streaming 40 words in 48-byte chunks 20 ms apart: about a second and a half of stream.
+fn slow_reply() -> MockReply {
+    let text: String = (0..40).map(|n| format!("word{n} ")).collect();
+    text_reply(&text)
+        .chunk_size(48)
+        .delay_between_chunks(Duration::from_millis(20))
+}
+
+/// Starts `noetic run` with `--events jsonl` and `extra`, waits until its stdout shows the round
+/// streaming (a text delta), sends `signal`, and returns what it printed and how it exited.
+async fn signalled_run(
+    server: &MockServer,
+    dir: &TempDir,
+    extra: &[String],
+    signal: &str,
+) -> Finished {
+    let flow = dir.write("flow.json", &flow());
+    let mut command = noetic(args(
+        &["run", &flow, "Tell me a story", "--events", "jsonl"],
+        &[mock_options(server), extra.to_vec()].concat(),
+    ));
+    command.stdin(Stdio::null());
+    let mut child = command.spawn().expect("the noetic binary starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut printed = String::new();
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            let delta = line.contains("response.output_text.delta");
+            printed.push_str(&line);
+            printed.push('\n');
+            if delta {
+                return;
+            }
+        }
+        panic!("stdout ended before the round streamed: {printed}");
+    })
+    .await
+    .expect("the round streams in time");
+    let pid = child.id().expect("the child runs").to_string();
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let rest = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            printed.push_str(&line);
+            printed.push('\n');
+        }
+    };
+    let mut err = String::new();
+    let (status, (), _) = tokio::time::timeout(CHILD_TIMEOUT, async {
+        tokio::join!(child.wait(), rest, stderr.read_to_string(&mut err))
+    })
+    .await
+    .expect("the signalled child exits in time");
+    Finished {
+        code: status.expect("wait for the child").code().unwrap_or(-1),
+        stdout: printed,
+        stderr: err,
+    }
+}
+
+/// The JSON of the `drain:` line on stderr.
+fn drain_line(finished: &Finished) -> Value {
+    let line = finished
+        .stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("drain: "))
+        .unwrap_or_else(|| panic!("no drain line:\n{}", finished.stderr));
+    serde_json::from_str(line).expect("the drain line is JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_drain_lets_the_round_finish_and_exits_143_settled() {
+    let server = MockServer::start().await;
+    server.push(slow_reply());
+    let dir = TempDir::new();
+    let finished = signalled_run(
+        &server,
+        &dir,
+        &["--drain-ms".to_owned(), "30000".to_owned()],
+        "-TERM",
+    )
+    .await;
+    finished.assert_code(143);
+    let drain = drain_line(&finished);
+    assert_eq!(drain["reason"], "settled", "{drain}");
+    assert_eq!(drain["cutOff"], json!([]));
+    let call = &drain["finished"][0];
+    assert_eq!(call["kind"], "model_round");
+    assert_eq!(call["round"], 0);
+    assert_eq!(call["usage"]["inputTokens"], 12, "{call}");
+    assert!(call["dispatchId"].is_string(), "{call}");
+    assert!(drain["durationMs"].is_u64());
+    assert_eq!(
+        server.completed_replies(),
+        1,
+        "the mock sent its whole stream"
+    );
+    assert_eq!(server.request_count(), 1, "no new round after the signal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_drain_ends_at_its_deadline_with_the_round_cut_off() {
+    let server = MockServer::start().await;
+    server.push(slow_reply().stall_after_events(6));
+    let dir = TempDir::new();
+    let finished = signalled_run(
+        &server,
+        &dir,
+        &[
+            "--drain-ms".to_owned(),
+            "200".to_owned(),
+            "--output".to_owned(),
+            "json".to_owned(),
+        ],
+        "-TERM",
+    )
+    .await;
+    finished.assert_code(143);
+    let drain = drain_line(&finished);
+    assert_eq!(drain["reason"], "deadline", "{drain}");
+    assert_eq!(drain["finished"], json!([]));
+    let cut = &drain["cutOff"][0];
+    assert!(cut["dispatchId"].is_string(), "{drain}");
+    assert_eq!(
+        cut["generationId"], "resp_1",
+        "the response's id, once it started"
+    );
+    assert!(cut.get("usage").is_none());
+    // `--output json` prints the final object even on a signal, with the report.
+    let last = finished.stdout.lines().last().unwrap_or_default();
+    let output: Value = serde_json::from_str(last).expect("a final JSON object");
+    assert_eq!(output["drain"], drain);
+    assert_eq!(server.completed_replies(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_without_a_drain_cuts_at_once_and_exits_130() {
+    let server = MockServer::start().await;
+    server.push(slow_reply().stall_after_events(6));
+    let dir = TempDir::new();
+    let finished = signalled_run(&server, &dir, &[], "-INT").await;
+    finished.assert_code(130);
+    assert!(
+        !finished.stderr.contains("drain:"),
+        "no drain, no report: {}",
+        finished.stderr
+    );
+    assert_eq!(server.completed_replies(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_run_killed_mid_stream_leaves_a_paid_call_that_spend_lists() {
+    let server = MockServer::start().await;
+    server.push(
+        slow_reply()
+            .stall_after_events(6)
+            .header("x-generation-id", "gen-killed"),
+    );
+    let dir = TempDir::new();
+    let db = dir.path().join("paid.db");
+    let db = db.to_str().unwrap().to_owned();
+    let storage = vec!["--storage".to_owned(), format!("sqlite:{db}")];
+    let finished = run_noetic(args(&["spend"], &storage), "").await;
+    finished.assert_code(0);
+    assert_eq!(
+        finished.stdout.trim(),
+        "[]",
+        "nothing pending in a new file"
+    );
+
+    let flow = dir.write("flow.json", &flow());
+    let mut command = noetic(args(
+        &["run", &flow, "Tell me a story", "--events", "jsonl"],
+        &[mock_options(&server), storage.clone()].concat(),
+    ));
+    command.stdin(Stdio::null());
+    let mut child = command.spawn().expect("the noetic binary starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if line.contains("response.output_text.delta") {
+                return;
+            }
+        }
+        panic!("stdout ended before the round streamed");
+    })
+    .await
+    .expect("the round streams in time");
+    child.start_kill().expect("SIGKILL the child");
+    let status = tokio::time::timeout(CHILD_TIMEOUT, child.wait())
+        .await
+        .expect("the killed child exits")
+        .expect("wait for the child");
+    assert!(!status.success());
+
+    let finished = run_noetic(args(&["spend"], &storage), "").await;
+    finished.assert_code(0);
+    let pending: Value = serde_json::from_str(finished.stdout.trim()).expect("a JSON array");
+    let pending = pending.as_array().expect("an array");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0]["generationId"], "gen-killed");
+    assert_eq!(pending[0]["model"], crate::MODEL);
+    assert!(pending[0]["dispatchId"].is_string());
+    assert!(pending[0]["executionId"].is_string());
+}
