@@ -33,10 +33,11 @@ options:
                             its --thread across restarts, first finishing a turn a crash cut
   --lease-ttl-ms N          (run, resume, chat) how long the execution's or thread's lease lasts
                             unless renewed (default 30000)
-  --drain-ms N              (run) on SIGTERM or SIGINT, let model rounds in flight finish for up to
+  --drain-ms N              (run, chat) on SIGTERM or SIGINT, let model rounds in flight finish for up to
                             N ms before stopping (a second signal stops at once); prints
                             `drain: {json}` on stderr; exit 128 + the signal's number either way
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
+                            ({\"command\":\"abort\",\"drainMs\":N} drains the running turn first)
 
 chat commands (plain-line mode): a line is a next-turn message; /steer TEXT, /between TEXT,
 /interrupt TEXT, /abort, /status, /quit";

@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::Failure;
 use crate::args::Options;
 use crate::output::TextPrinter;
+use crate::signals::{self, Signals};
 use crate::workflow::{read, setup, setup_document};
 
 /// What one stdin line asks for.
@@ -31,6 +32,8 @@ enum Line {
     },
     Abort {
         thread: Option<String>,
+        /// `drainMs`: let the turn's rounds in flight finish for this long first.
+        drain: Option<Duration>,
     },
     Status {
         thread: Option<String>,
@@ -65,7 +68,10 @@ fn parse_plain(line: &str) -> Result<Line, String> {
             ("/interrupt", body) if !body.trim().is_empty() => {
                 message(body, DeliveryMode::Interrupt)
             }
-            ("/abort", "") => Line::Abort { thread: None },
+            ("/abort", "") => Line::Abort {
+                thread: None,
+                drain: None,
+            },
             ("/status", "") => Line::Status { thread: None },
             ("/quit", "") => Line::Quit,
             (command, _) if command.starts_with('/') => {
@@ -96,7 +102,19 @@ fn parse_json(line: &str) -> Result<Line, String> {
         .map(str::to_owned);
     if let Some(command) = value.get("command") {
         return match command.as_str() {
-            Some("abort") => Ok(Line::Abort { thread }),
+            Some("abort") => {
+                let drain = match value.get("drainMs") {
+                    None | Some(Value::Null) => None,
+                    Some(millis) => {
+                        Some(Duration::from_millis(millis.as_u64().ok_or_else(|| {
+                            format!(
+                                "`drainMs` must be a whole number of milliseconds, not {millis}"
+                            )
+                        })?))
+                    }
+                };
+                Ok(Line::Abort { thread, drain })
+            }
             Some("status") => Ok(Line::Status { thread }),
             Some("quit") => Ok(Line::Quit),
             _ => Err(format!(
@@ -147,6 +165,9 @@ fn status_json(status: &SessionStatus, queued: usize) -> Value {
         }
         SessionStatus::Aborting { turn_id } => {
             serde_json::json!({"status": "aborting", "turnId": turn_id, "queued": queued})
+        }
+        SessionStatus::Draining { turn_id, .. } => {
+            serde_json::json!({"status": "draining", "turnId": turn_id, "queued": queued})
         }
         SessionStatus::Queued { .. } => serde_json::json!({"status": "queued", "queued": queued}),
         _ => serde_json::json!({"status": "idle", "queued": queued}),
@@ -237,13 +258,59 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
     };
     let harness = setup.harness.clone();
     let mut threads = Threads::new(&harness, options.thread.clone());
-    let result = converse(&harness, &mut threads, jsonl, options).await;
+    let mut signals = Signals::install()?;
+    let result = tokio::select! {
+        result = converse(&harness, &mut threads, jsonl, options) => result,
+        signo = signals.next() => {
+            stop(&harness, &threads.known, options, &mut signals, signo).await;
+            Err(Failure::Signal(signo))
+        }
+    };
     if options.storage.is_some() {
         // Release the thread's lease now, not when it expires: the next `chat` on it starts at once.
         drop(threads);
         harness.release_idle_sessions().await;
     }
     result
+}
+
+/// A signal's stop: aborts the running turn of every thread the chat watches (draining for `--drain-ms` first; a second
+/// signal stops at once) and prints each drain's report.
+async fn stop(
+    harness: &AgentHarness,
+    threads: &[String],
+    options: &Options,
+    signals: &mut Signals,
+    signo: i32,
+) {
+    let abort = |thread: &String, drain: Option<Duration>| {
+        let mut abort = AbortOptions::new()
+            .thread_id(thread.clone())
+            .reason(signals::reason(signo));
+        if let Some(window) = drain {
+            abort = abort.drain(window);
+        }
+        harness.abort(abort)
+    };
+    let all =
+        futures_util::future::join_all(threads.iter().map(|thread| abort(thread, options.drain)));
+    let reports = tokio::select! {
+        reports = all => reports,
+        _ = signals.next() => {
+            futures_util::future::join_all(threads.iter().map(|thread| abort(thread, None))).await
+        }
+    };
+    let mut spend = noetic_core::Spend::default();
+    for thread in threads {
+        spend += harness.usage(Scope::thread(thread.clone()));
+    }
+    let reports: Vec<_> = reports.into_iter().flatten().collect();
+    if reports.is_empty() {
+        signals::report(None, spend, None, options.output_json);
+    }
+    for report in &reports {
+        signals::report(Some(report), spend, None, options.output_json);
+    }
 }
 
 async fn converse(
@@ -304,12 +371,18 @@ async fn converse(
                         let status = status_json(&harness.status(scope.clone()), harness.queue_len(scope));
                         eprintln!("{status}");
                     }
-                    Ok(Line::Abort { thread }) => {
+                    Ok(Line::Abort { thread, drain }) => {
                         // Abort waits for the turn to end; keep reading stdin meanwhile.
                         let harness = harness.clone();
                         let thread_id = thread.unwrap_or_else(|| threads.own.clone());
+                        let mut abort = AbortOptions::new().thread_id(thread_id).reason("aborted from the chat");
+                        if let Some(window) = drain {
+                            abort = abort.drain(window);
+                        }
                         tokio::spawn(async move {
-                            harness.abort(AbortOptions::new().thread_id(thread_id).reason("aborted from the chat")).await;
+                            if let Some(report) = harness.abort(abort).await {
+                                eprintln!("drain: {}", serde_json::json!(report));
+                            }
                         });
                     }
                     Ok(Line::Message { input, mode, thread, message_id }) => {
@@ -358,7 +431,13 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(parse_plain("/abort").unwrap(), Line::Abort { thread: None });
+        assert_eq!(
+            parse_plain("/abort").unwrap(),
+            Line::Abort {
+                thread: None,
+                drain: None
+            }
+        );
         assert_eq!(parse_plain("/quit").unwrap(), Line::Quit);
         assert!(parse_plain("/steer").unwrap_err().contains("/steer"));
         assert!(parse_plain("/bogus x").unwrap_err().contains("/bogus"));
@@ -380,6 +459,18 @@ mod tests {
             }
         );
         assert_eq!(parse_json(r#"{"command": "quit"}"#).unwrap(), Line::Quit);
+        assert_eq!(
+            parse_json(r#"{"command": "abort", "drainMs": 1500}"#).unwrap(),
+            Line::Abort {
+                thread: None,
+                drain: Some(Duration::from_millis(1500))
+            }
+        );
+        assert!(
+            parse_json(r#"{"command": "abort", "drainMs": "soon"}"#)
+                .unwrap_err()
+                .contains("drainMs")
+        );
         assert!(
             parse_json(r#"{"input": "x", "deliveryMode": "soon"}"#)
                 .unwrap_err()

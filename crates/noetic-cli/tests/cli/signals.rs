@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use noetic_test_support::{MockReply, MockServer};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::{CHILD_TIMEOUT, Finished, TempDir, args, mock_options, noetic, run_noetic, text_reply};
 
@@ -226,4 +226,114 @@ async fn a_durable_run_killed_mid_stream_leaves_a_paid_call_that_spend_lists() {
     assert_eq!(pending[0]["model"], crate::MODEL);
     assert!(pending[0]["dispatchId"].is_string());
     assert!(pending[0]["executionId"].is_string());
+}
+
+/// Starts `noetic chat --jsonl --events jsonl` with `extra`, sends one message, and waits until the
+/// turn streams; returns the child (its stdin still open) and its stdout lines.
+async fn streaming_chat(
+    server: &MockServer,
+    dir: &TempDir,
+    extra: &[String],
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let flow = dir.write("flow.json", &flow());
+    let mut child = noetic(args(
+        &["chat", &flow, "--jsonl", "--events", "jsonl"],
+        &[mock_options(server), extra.to_vec()].concat(),
+    ))
+    .spawn()
+    .expect("the noetic binary starts");
+    let stdin = child.stdin.as_mut().expect("stdin is piped");
+    stdin
+        .write_all(b"{\"input\": \"Tell me a story\"}\n")
+        .await
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if line.contains("response.output_text.delta") {
+                return;
+            }
+        }
+        panic!("stdout ended before the turn streamed");
+    })
+    .await
+    .expect("the turn streams in time");
+    (child, lines)
+}
+
+/// Waits for `child` to exit, draining its stdout, and returns its exit code and stderr.
+async fn exit_of(
+    mut child: tokio::process::Child,
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> (i32, String) {
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let mut err = String::new();
+    let rest = async { while let Ok(Some(_)) = lines.next_line().await {} };
+    let (status, (), _) = tokio::time::timeout(CHILD_TIMEOUT, async {
+        tokio::join!(child.wait(), rest, stderr.read_to_string(&mut err))
+    })
+    .await
+    .expect("the child exits in time");
+    (
+        status.expect("wait for the child").code().unwrap_or(-1),
+        err,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_abort_command_with_drain_ms_lets_the_round_finish() {
+    let server = MockServer::start().await;
+    server.push(slow_reply());
+    let dir = TempDir::new();
+    let (mut child, lines) = streaming_chat(&server, &dir, &[]).await;
+    let stdin = child.stdin.as_mut().expect("stdin is piped");
+    stdin
+        .write_all(b"{\"command\": \"abort\", \"drainMs\": 30000}\n{\"command\": \"quit\"}\n")
+        .await
+        .unwrap();
+    drop(child.stdin.take());
+    let (code, stderr) = exit_of(child, lines).await;
+    assert_eq!(code, 0, "{stderr}");
+    let line = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("drain: "))
+        .unwrap_or_else(|| panic!("no drain line:\n{stderr}"));
+    let drain: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(drain["reason"], "settled", "{drain}");
+    assert_eq!(drain["finished"][0]["usage"]["outputTokens"], 5, "{drain}");
+    assert_eq!(server.completed_replies(), 1);
+    assert_eq!(server.request_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_a_chat_with_a_drain_exits_143_with_its_report() {
+    let server = MockServer::start().await;
+    server.push(slow_reply());
+    let dir = TempDir::new();
+    let (child, lines) = streaming_chat(
+        &server,
+        &dir,
+        &["--drain-ms".to_owned(), "30000".to_owned()],
+    )
+    .await;
+    let pid = child.id().expect("the child runs").to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, stderr) = exit_of(child, lines).await;
+    assert_eq!(code, 143, "{stderr}");
+    let line = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("drain: "))
+        .unwrap_or_else(|| panic!("no drain line:\n{stderr}"));
+    let drain: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(drain["reason"], "settled", "{drain}");
+    assert_eq!(server.completed_replies(), 1);
 }
