@@ -138,3 +138,15 @@ fn the_durable_example_crashes_one_process_and_resumes_in_another_without_rerunn
     assert!(second.contains("crash-point: passing"), "{second}");
     assert!(second.contains("answer: "), "{second}");
 }
+
+#[test]
+fn the_graceful_shutdown_example_drains_the_round_and_charges_it() {
+    let (stdout, _) = run_example("graceful_shutdown", &[]);
+    assert!(stdout.contains(r#""reason":"settled""#), "{stdout}");
+    assert!(
+        stdout.contains("1 call(s) finished and charged"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 cut off"), "{stdout}");
+    assert!(stdout.contains("pending paid calls: 0"), "{stdout}");
+}

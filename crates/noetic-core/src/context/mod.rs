@@ -20,6 +20,7 @@ mod channels;
 mod drain;
 mod durable;
 mod steers;
+mod transcript;
 
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::item::{FunctionCallItem, Item};
@@ -31,6 +32,8 @@ use crate::{Error, Result};
 pub use durable::RestoreOptions;
 pub use steers::OnSteer;
 pub(crate) use steers::{Applied, SteerInbox};
+pub(crate) use transcript::Transcript;
+use transcript::TranscriptRef;
 
 /// The deepest a context may be nested before steps refuse to run.
 pub const MAX_DEPTH: u32 = 64;
@@ -197,66 +200,6 @@ struct ContextInner {
     transcript: Option<TranscriptRef>,
     /// The graceful drain of a cancel on this context, once one started (`drain.rs`).
     drain: OnceLock<Arc<drain::Drain>>,
-}
-
-/// Every item appended in any context of one session turn (its root context, spawned children,
-/// parallel paths), in the order they were appended. The session history at the turn's end is the
-/// history before it, the turn's messages, and these.
-///
-/// The root's own items are in its log already, so for them only a marker is kept (no copy): the
-/// transcript stays cheap on the hot path of a turn without children.
-#[derive(Default)]
-pub(crate) struct Transcript {
-    /// `None`: the root's next appended item (in its log); `Some`: an item appended in a descendant.
-    entries: Mutex<Vec<Option<Box<Item>>>>,
-}
-
-impl Transcript {
-    /// The turn's items, in order: the root's log from `start` on, interleaved with the descendants'
-    /// items as they were appended. `root_items` is the root context's whole log.
-    pub(crate) fn assemble(&self, root_items: Vec<Item>, start: usize) -> Vec<Item> {
-        let entries = std::mem::take(&mut *lock(&self.entries));
-        let mut root = root_items.into_iter();
-        let mut items: Vec<Item> = root.by_ref().take(start).collect();
-        items.reserve(entries.len());
-        for entry in entries {
-            match entry {
-                None => items.extend(root.next()),
-                Some(item) => items.push(*item),
-            }
-        }
-        // Nothing reaches a log without a marker, but keep whatever would.
-        items.extend(root);
-        items
-    }
-}
-
-/// How a context takes part in a turn's transcript.
-enum TranscriptRef {
-    /// The turn's root: its appends are markers.
-    Root(Arc<Transcript>),
-    /// A descendant: its appends are copied.
-    Member(Arc<Transcript>),
-}
-
-impl TranscriptRef {
-    fn transcript(&self) -> &Arc<Transcript> {
-        match self {
-            TranscriptRef::Root(transcript) | TranscriptRef::Member(transcript) => transcript,
-        }
-    }
-
-    fn member(&self) -> TranscriptRef {
-        TranscriptRef::Member(self.transcript().clone())
-    }
-
-    fn record(&self, item: &Item) {
-        let entry = match self {
-            TranscriptRef::Root(_) => None,
-            TranscriptRef::Member(_) => Some(Box::new(item.clone())),
-        };
-        lock(&self.transcript().entries).push(entry);
-    }
 }
 
 /// What a new context is made of, before its parent's part is filled in.

@@ -18,6 +18,7 @@
 mod api;
 mod bus;
 mod durable;
+mod last;
 mod runner;
 mod sessions;
 mod streams;

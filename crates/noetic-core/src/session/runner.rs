@@ -12,6 +12,7 @@ use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::durable::{LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
+use super::last::LastTurn;
 use crate::context::SteerInbox;
 use crate::context::{Context, ContextOptions, RestoreOptions, Transcript};
 use crate::drain::DrainReport;
@@ -377,48 +378,6 @@ impl Session {
                 return Err(Error::cancelled(Some("session closed".to_owned())));
             }
         }
-    }
-}
-
-/// The last successful turn's response as an idle session keeps it: without the copy of the history
-/// (`items`) while the history is still the turn's, and without the copy of the answer (`text`) when
-/// the output is that text.
-struct LastTurn {
-    response: HarnessResponse,
-    /// Whether `response.items` is the session's current history (not stored twice).
-    items_are_history: bool,
-}
-
-impl LastTurn {
-    /// Keeps `response` (built with empty `items`), dropping its text when the output carries it.
-    fn keep(mut response: HarnessResponse) -> Self {
-        if matches!(&response.output, Value::String(text) if *text == response.text) {
-            response.text = String::new();
-        }
-        LastTurn {
-            response,
-            items_are_history: true,
-        }
-    }
-
-    /// The history is about to be replaced: keep the turn's own items.
-    fn detach(&mut self, history: Vec<Item>) {
-        if self.items_are_history {
-            self.response.items = history;
-            self.items_are_history = false;
-        }
-    }
-
-    /// The response as `agent_response` returns it.
-    fn response(&self, history: &[Item]) -> HarnessResponse {
-        let mut response = self.response.clone();
-        if self.items_are_history {
-            response.items = history.to_vec();
-        }
-        if let Value::String(text) = &response.output {
-            response.text.clone_from(text);
-        }
-        response
     }
 }
 
