@@ -32,6 +32,7 @@ pub(crate) async fn run(
     origin: Origin,
 ) -> Result<Value> {
     check_connections(ctx.runtime(), node)?;
+    let _running = ctx.enter_run();
     let _channels =
         crate::channel::RunGuard::enter(ctx.parent().is_none().then(|| ctx.root_channels()));
     let journal = ctx.journal();

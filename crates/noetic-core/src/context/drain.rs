@@ -9,8 +9,9 @@
 //! (`stopped`).
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -28,6 +29,8 @@ use crate::{Error, Result};
 pub(crate) struct Drain {
     started: Instant,
     deadline: Instant,
+    /// `deadline` on the wall clock, for status.
+    deadline_at: SystemTime,
     /// The dispatch ids of the calls it still waits for.
     in_flight: Mutex<HashSet<String>>,
     /// The calls that ended during it, in order.
@@ -69,6 +72,24 @@ impl Context {
     /// Whether a drain was started on this context itself.
     pub(crate) fn is_draining(&self) -> bool {
         self.inner.drain.get().is_some()
+    }
+
+    /// When the drain started on this context cuts what is still in flight, while it has not ended
+    /// (the cancel has not proceeded).
+    pub(crate) fn drain_deadline(&self) -> Option<SystemTime> {
+        let drain = self.inner.drain.get()?;
+        (drain.report.borrow().is_none() && !self.aborted()).then_some(drain.deadline_at)
+    }
+
+    /// Counts a run on this context until the guard drops.
+    pub(crate) fn enter_run(&self) -> RunCount<'_> {
+        self.inner.active_runs.fetch_add(1, Ordering::SeqCst);
+        RunCount(self)
+    }
+
+    /// Whether a run is on this context now.
+    pub(crate) fn is_running(&self) -> bool {
+        self.inner.active_runs.load(Ordering::SeqCst) > 0
     }
 
     /// Waits, when a drain covers this context, until the cancel proceeds: nothing new starts
@@ -142,6 +163,7 @@ impl Context {
         let drain = Arc::new(Drain {
             started,
             deadline: started + window,
+            deadline_at: SystemTime::now() + window,
             in_flight: Mutex::new(HashSet::new()),
             finished: Mutex::new(Vec::new()),
             ended: Notify::new(),
@@ -214,6 +236,15 @@ async fn wait_for_report(drain: &Drain) -> DrainReport {
                 cut_off: Vec::new(),
             };
         }
+    }
+}
+
+/// A run on a context, counted while it lives.
+pub(crate) struct RunCount<'a>(&'a Context);
+
+impl Drop for RunCount<'_> {
+    fn drop(&mut self) {
+        self.0.inner.active_runs.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

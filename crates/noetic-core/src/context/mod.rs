@@ -5,7 +5,7 @@
 //! aborts all its descendants, never its parent or siblings. Spend is charged to a context and all of its
 //! ancestors at once, so nothing a provider billed is ever lost when a child fails or is cancelled.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -200,6 +200,8 @@ struct ContextInner {
     transcript: Option<TranscriptRef>,
     /// The graceful drain of a cancel on this context, once one started (`drain.rs`).
     drain: OnceLock<Arc<drain::Drain>>,
+    /// How many runs (`exec::run`) are on this context now.
+    active_runs: AtomicU32,
 }
 
 /// What a new context is made of, before its parent's part is filled in.
@@ -375,6 +377,7 @@ impl Context {
                 transcript: fields.transcript,
                 journal: fields.journal,
                 drain: OnceLock::new(),
+                active_runs: AtomicU32::new(0),
             }),
         }
     }

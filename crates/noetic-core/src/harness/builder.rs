@@ -191,6 +191,7 @@ impl AgentHarnessBuilder {
                 workflow_registry: self.workflow_registry,
                 sessions: Arc::new(Sessions::new(self.session_idle_ttl)),
                 tasks: TaskTracker::new(),
+                executions: std::sync::Mutex::default(),
             }),
         })
     }

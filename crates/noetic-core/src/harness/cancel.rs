@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use super::AgentHarness;
 use crate::Result;
-use crate::context::Context;
+use crate::context::{Context, WeakContext};
 use crate::drain::{CancelOptions, DrainReport, PaidCall};
+use crate::session::SessionStatus;
 
 impl AgentHarness {
     /// Cancels `ctx` and everything beneath it: aborts it (blocked work fails `CANCELLED`, provider
@@ -32,6 +33,31 @@ impl AgentHarness {
         ctx.abort(options.reason);
         ctx.close().await;
         report
+    }
+
+    /// What the execution (root context) `execution_id` made by this harness is doing:
+    /// [`SessionStatus::Running`] while a `run()` is on it, [`SessionStatus::Draining`] with the
+    /// deadline while a cancel drains it, [`SessionStatus::Aborting`] from the cancel until the run
+    /// returns, [`SessionStatus::Idle`] otherwise (also for an unknown or dropped context). The
+    /// status's `turn_id` is the execution id.
+    pub fn execution_status(&self, execution_id: &str) -> SessionStatus {
+        let ctx = crate::sync::lock(&self.inner.executions)
+            .get(execution_id)
+            .and_then(WeakContext::upgrade);
+        let Some(ctx) = ctx.filter(Context::is_running) else {
+            return SessionStatus::Idle;
+        };
+        let turn_id = execution_id.to_owned();
+        if let Some(deadline) = ctx.drain_deadline() {
+            SessionStatus::Draining { turn_id, deadline }
+        } else if ctx.aborted() {
+            SessionStatus::Aborting { turn_id }
+        } else {
+            SessionStatus::Running {
+                turn_id,
+                started_at: std::time::SystemTime::now() - ctx.elapsed(),
+            }
+        }
     }
 
     /// The paid calls whose rounds ended before they were priced — cut off by a cancel or a steer, or

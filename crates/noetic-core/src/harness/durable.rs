@@ -43,11 +43,11 @@ impl AgentHarness {
     pub async fn restore(&self, execution_id: &str, options: RestoreOptions) -> Result<Context> {
         let store = self.durable_store()?;
         let restored = load(&**store, execution_id).await?;
-        Ok(Context::restored(
+        Ok(self.known(Context::restored(
             self.inner.runtime.clone(),
             restored,
             options,
-        ))
+        )))
     }
 
     /// Continues a restored execution by running `step` on `ctx` with the input it was started with;

@@ -47,6 +47,9 @@ struct HarnessInner {
     sessions: Arc<Sessions>,
     /// The session runner tasks; tracked so none is detached from the harness.
     tasks: TaskTracker,
+    /// The root contexts made by `create_context` and `restore`, by execution id, for
+    /// `execution_status` (weak: a dropped context is gone).
+    executions: std::sync::Mutex<std::collections::HashMap<String, crate::context::WeakContext>>,
 }
 
 /// The input and output types an agent graph was built with, so that asking for it with other types
@@ -124,7 +127,17 @@ impl AgentHarness {
 
     /// A new root context (or a child, with `options.parent`) on the harness's runtime.
     pub fn create_context(&self, options: ContextOptions) -> Context {
-        Context::new(self.inner.runtime.clone(), options)
+        self.known(Context::new(self.inner.runtime.clone(), options))
+    }
+
+    /// Remembers `ctx` (weakly) for `execution_status`, forgetting dropped ones now and then.
+    pub(crate) fn known(&self, ctx: Context) -> Context {
+        let mut executions = crate::sync::lock(&self.inner.executions);
+        if executions.len() >= 64 && executions.len().is_power_of_two() {
+            executions.retain(|_, weak| weak.upgrade().is_some());
+        }
+        executions.insert(ctx.id().to_owned(), ctx.downgrade());
+        ctx
     }
 
     /// Runs a step tree on `ctx` and returns its output: the same as [`Context::run`].

@@ -134,6 +134,14 @@ async fn a_round_finishing_within_the_drain_is_settled_with_its_spend_and_nothin
         async move { harness.run(&step, "go".to_owned(), &ctx).await }
     });
     let round = rounds.recv().await.unwrap();
+    assert!(
+        matches!(
+            harness.execution_status(ctx.id()),
+            SessionStatus::Running { .. }
+        ),
+        "{:?}",
+        harness.execution_status(ctx.id())
+    );
     let cancel = tokio::spawn({
         let (harness, ctx) = (harness.clone(), ctx.clone());
         async move {
@@ -148,6 +156,12 @@ async fn a_round_finishing_within_the_drain_is_settled_with_its_spend_and_nothin
     };
     assert_eq!(calls.len(), 1, "the round in flight: {calls:?}");
     assert_eq!(calls[0].generation_id.as_deref(), Some("gen-0"));
+    // `execution_status` shows the run draining, with the wall-clock deadline.
+    let SessionStatus::Draining { turn_id, deadline } = harness.execution_status(ctx.id()) else {
+        panic!("not draining: {:?}", harness.execution_status(ctx.id()));
+    };
+    assert_eq!(turn_id, ctx.id());
+    assert!(deadline > std::time::SystemTime::now());
     // The round's response asks for a tool: the drain must not let the call (or another round) start.
     feed(
         &round,
@@ -172,6 +186,11 @@ async fn a_round_finishing_within_the_drain_is_settled_with_its_spend_and_nothin
 
     let error = run.await.unwrap().unwrap_err();
     assert!(matches!(error, Error::Cancelled { .. }), "{error:?}");
+    assert_eq!(harness.execution_status(ctx.id()), SessionStatus::Idle);
+    assert_eq!(
+        harness.execution_status("no-such-execution"),
+        SessionStatus::Idle
+    );
     assert_eq!(tool_runs.load(Ordering::SeqCst), 0, "no tool call started");
     assert!(rounds.try_recv().is_err(), "no new round was requested");
     assert!(
