@@ -25,6 +25,39 @@ fn slow_reply() -> MockReply {
         .delay_between_chunks(Duration::from_millis(20))
 }
 
+/// Reads `lines` (a child's `--events jsonl` stdout) until the round streams a text delta.
+async fn until_streaming(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if line.contains("response.output_text.delta") {
+                return;
+            }
+        }
+        panic!("stdout ended before the round streamed");
+    })
+    .await
+    .expect("the round streams in time");
+}
+
+/// Sends `signal` (`-TERM`, `-INT`) to `child`.
+fn send(signal: &str, child: &tokio::process::Child) {
+    let pid = child.id().expect("the child runs").to_string();
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+/// The JSON of the `drain:` line in `stderr`.
+fn drain_in(stderr: &str) -> Value {
+    let line = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("drain: "))
+        .unwrap_or_else(|| panic!("no drain line:\n{stderr}"));
+    serde_json::from_str(line).expect("the drain line is JSON")
+}
+
 /// Starts `noetic run` with `--events jsonl` and `extra`, waits until its stdout shows the round
 /// streaming (a text delta), sends `signal`, and returns what it printed and how it exited.
 async fn signalled_run(
@@ -43,26 +76,9 @@ async fn signalled_run(
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut stderr = child.stderr.take().expect("stderr is piped");
     let mut lines = BufReader::new(stdout).lines();
+    until_streaming(&mut lines).await;
+    send(signal, &child);
     let mut printed = String::new();
-    tokio::time::timeout(CHILD_TIMEOUT, async {
-        while let Some(line) = lines.next_line().await.expect("read stdout") {
-            let delta = line.contains("response.output_text.delta");
-            printed.push_str(&line);
-            printed.push('\n');
-            if delta {
-                return;
-            }
-        }
-        panic!("stdout ended before the round streamed: {printed}");
-    })
-    .await
-    .expect("the round streams in time");
-    let pid = child.id().expect("the child runs").to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
     let rest = async {
         while let Ok(Some(line)) = lines.next_line().await {
             printed.push_str(&line);
@@ -82,16 +98,6 @@ async fn signalled_run(
     }
 }
 
-/// The JSON of the `drain:` line on stderr.
-fn drain_line(finished: &Finished) -> Value {
-    let line = finished
-        .stderr
-        .lines()
-        .find_map(|line| line.strip_prefix("drain: "))
-        .unwrap_or_else(|| panic!("no drain line:\n{}", finished.stderr));
-    serde_json::from_str(line).expect("the drain line is JSON")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_a_drain_lets_the_round_finish_and_exits_143_settled() {
     let server = MockServer::start().await;
@@ -105,7 +111,7 @@ async fn sigterm_with_a_drain_lets_the_round_finish_and_exits_143_settled() {
     )
     .await;
     finished.assert_code(143);
-    let drain = drain_line(&finished);
+    let drain = drain_in(&finished.stderr);
     assert_eq!(drain["reason"], "settled", "{drain}");
     assert_eq!(drain["cutOff"], json!([]));
     let call = &drain["finished"][0];
@@ -140,7 +146,7 @@ async fn a_short_drain_ends_at_its_deadline_with_the_round_cut_off() {
     )
     .await;
     finished.assert_code(143);
-    let drain = drain_line(&finished);
+    let drain = drain_in(&finished.stderr);
     assert_eq!(drain["reason"], "deadline", "{drain}");
     assert_eq!(drain["finished"], json!([]));
     let cut = &drain["cutOff"][0];
@@ -200,16 +206,7 @@ async fn a_durable_run_killed_mid_stream_leaves_a_paid_call_that_spend_lists() {
     command.stdin(Stdio::null());
     let mut child = command.spawn().expect("the noetic binary starts");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
-    tokio::time::timeout(CHILD_TIMEOUT, async {
-        while let Some(line) = lines.next_line().await.expect("read stdout") {
-            if line.contains("response.output_text.delta") {
-                return;
-            }
-        }
-        panic!("stdout ended before the round streamed");
-    })
-    .await
-    .expect("the round streams in time");
+    until_streaming(&mut lines).await;
     child.start_kill().expect("SIGKILL the child");
     let status = tokio::time::timeout(CHILD_TIMEOUT, child.wait())
         .await
@@ -251,16 +248,7 @@ async fn streaming_chat(
         .await
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
-    tokio::time::timeout(CHILD_TIMEOUT, async {
-        while let Some(line) = lines.next_line().await.expect("read stdout") {
-            if line.contains("response.output_text.delta") {
-                return;
-            }
-        }
-        panic!("stdout ended before the turn streamed");
-    })
-    .await
-    .expect("the turn streams in time");
+    until_streaming(&mut lines).await;
     (child, lines)
 }
 
@@ -297,11 +285,7 @@ async fn a_chat_abort_command_with_drain_ms_lets_the_round_finish() {
     drop(child.stdin.take());
     let (code, stderr) = exit_of(child, lines).await;
     assert_eq!(code, 0, "{stderr}");
-    let line = stderr
-        .lines()
-        .find_map(|line| line.strip_prefix("drain: "))
-        .unwrap_or_else(|| panic!("no drain line:\n{stderr}"));
-    let drain: Value = serde_json::from_str(line).unwrap();
+    let drain = drain_in(&stderr);
     assert_eq!(drain["reason"], "settled", "{drain}");
     assert_eq!(drain["finished"][0]["usage"]["outputTokens"], 5, "{drain}");
     assert_eq!(server.completed_replies(), 1);
@@ -319,21 +303,10 @@ async fn sigterm_to_a_chat_with_a_drain_exits_143_with_its_report() {
         &["--drain-ms".to_owned(), "30000".to_owned()],
     )
     .await;
-    let pid = child.id().expect("the child runs").to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    send("-TERM", &child);
     let (code, stderr) = exit_of(child, lines).await;
     assert_eq!(code, 143, "{stderr}");
-    let line = stderr
-        .lines()
-        .find_map(|line| line.strip_prefix("drain: "))
-        .unwrap_or_else(|| panic!("no drain line:\n{stderr}"));
-    let drain: Value = serde_json::from_str(line).unwrap();
+    let drain = drain_in(&stderr);
     assert_eq!(drain["reason"], "settled", "{drain}");
     assert_eq!(server.completed_replies(), 1);
 }

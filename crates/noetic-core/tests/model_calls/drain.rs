@@ -119,20 +119,27 @@ async fn drain_started(events: &mut mpsc::UnboundedReceiver<FrameworkEvent>) -> 
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_round_finishing_within_the_drain_is_settled_with_its_spend_and_nothing_new_starts() {
-    let (harness, mut rounds, tool, tool_runs) = setup();
-    let harness = Arc::new(harness);
-    let (ctx, mut events) = observed(&harness);
+/// Runs a `call_model` step offering `tool` on `ctx`, on its own task.
+fn start_run(
+    harness: &Arc<AgentHarness>,
+    ctx: &noetic_core::Context,
+    tool: Tool,
+) -> tokio::task::JoinHandle<Result<String>> {
     let step = call_model("llm")
         .model("m")
         .tool(tool)
         .idle_timeout(Duration::from_secs(600))
         .build();
-    let run = tokio::spawn({
-        let (harness, ctx) = (harness.clone(), ctx.clone());
-        async move { harness.run(&step, "go".to_owned(), &ctx).await }
-    });
+    let (harness, ctx) = (harness.clone(), ctx.clone());
+    tokio::spawn(async move { harness.run(&step, "go".to_owned(), &ctx).await })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_finishing_within_the_drain_is_settled_with_its_spend_and_nothing_new_starts() {
+    let (harness, mut rounds, tool, tool_runs) = setup();
+    let harness = Arc::new(harness);
+    let (ctx, mut events) = observed(&harness);
+    let run = start_run(&harness, &ctx, tool);
     let round = rounds.recv().await.unwrap();
     assert!(
         matches!(
@@ -211,15 +218,7 @@ async fn a_round_still_streaming_at_the_deadline_is_cut_off_and_left_pending() {
     let (harness, mut rounds, tool, _runs) = setup();
     let harness = Arc::new(harness);
     let (ctx, mut events) = observed(&harness);
-    let step = call_model("llm")
-        .model("m")
-        .tool(tool)
-        .idle_timeout(Duration::from_secs(600))
-        .build();
-    let run = tokio::spawn({
-        let (harness, ctx) = (harness.clone(), ctx.clone());
-        async move { harness.run(&step, "go".to_owned(), &ctx).await }
-    });
+    let run = start_run(&harness, &ctx, tool);
     let round = rounds.recv().await.unwrap();
     // The response starts (its `created` event) but never finishes.
     let mut partial = ScriptedResponse::text("half an answer").into_events();
@@ -276,15 +275,7 @@ async fn a_second_cancel_during_a_drain_stops_it_at_once_with_the_same_report() 
     let (harness, mut rounds, tool, _runs) = setup();
     let harness = Arc::new(harness);
     let (ctx, mut events) = observed(&harness);
-    let step = call_model("llm")
-        .model("m")
-        .tool(tool)
-        .idle_timeout(Duration::from_secs(600))
-        .build();
-    let run = tokio::spawn({
-        let (harness, ctx) = (harness.clone(), ctx.clone());
-        async move { harness.run(&step, "go".to_owned(), &ctx).await }
-    });
+    let run = start_run(&harness, &ctx, tool);
     let _round = rounds.recv().await.unwrap();
     let started = tokio::time::Instant::now();
     let first = tokio::spawn({

@@ -80,8 +80,10 @@ pub(super) async fn run_round(
             idle_timeout_ms,
         }
     };
-    // The paid-call record comes first: under a drain the request is not sent at all.
-    let call = ctx.dispatch_call(request.model, round).await?;
+    // The paid-call record comes first: under a drain the request is not sent at all. The
+    // record's futures (a store write with durable storage) are boxed: held inline, they would grow
+    // every live round's state machine for work done once per round.
+    let call = Box::pin(ctx.dispatch_call(request.model, round)).await?;
     let watchdog = tokio::time::sleep(idle_timeout);
     tokio::pin!(watchdog);
 
@@ -93,13 +95,13 @@ pub(super) async fn run_round(
             Ok(started) => started,
             Err(error) => {
                 // Refused before any response (an error status, no connection): nothing was billed.
-                call.refused().await;
+                Box::pin(call.refused()).await;
                 return Err(error.in_round(round));
             }
         },
     };
     if let Some(generation_id) = started.generation_id.as_deref() {
-        call.generation(generation_id).await;
+        Box::pin(call.generation(generation_id)).await;
     }
     let mut events = started.events;
     let mut accumulator = ResponseAccumulator::new();
@@ -135,7 +137,7 @@ pub(super) async fn run_round(
             ..
         } = &event
         {
-            call.generation(id).await;
+            Box::pin(call.generation(id)).await;
         }
         let item_done = accumulator.push(&event).is_some();
         let terminal = matches!(event, ResponseEvent::Finished(_));
@@ -155,6 +157,6 @@ pub(super) async fn run_round(
         }
     }
     let response = accumulator.finish(provider_name, round)?;
-    call.priced(response.usage, response.cost).await;
+    Box::pin(call.priced(response.usage, response.cost)).await;
     Ok(RoundOutcome::Finished(response))
 }
