@@ -96,6 +96,50 @@ struct TurnRecord {
 pub(crate) struct LastRecord {
     pub(crate) output: Value,
     pub(crate) spend: Spend,
+    /// The turn failed (its output is null then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) failed: Option<FailedTurn>,
+}
+
+/// A failed turn's error as stored: its stable code and its message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct FailedTurn {
+    code: String,
+    message: String,
+}
+
+impl FailedTurn {
+    pub(crate) fn of(error: &Error) -> Self {
+        FailedTurn {
+            code: error.code().to_owned(),
+            message: error.to_string(),
+        }
+    }
+
+    /// The error read back: its code is the stored one (`code()` gives it), its text the stored
+    /// message.
+    pub(crate) fn into_error(self) -> Error {
+        Error::Adapter {
+            code: static_code(&self.code),
+            source: self.message.into(),
+        }
+    }
+}
+
+/// `code` as a `&'static str`: core's own codes as they are; an adapter crate's code (which core
+/// does not list) is interned once per distinct code — a small, fixed set.
+fn static_code(code: &str) -> &'static str {
+    if let Some((known, _)) = crate::CODES.iter().find(|(known, _)| *known == code) {
+        return known;
+    }
+    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = crate::sync::lock(&INTERNED);
+    if let Some(known) = interned.iter().find(|known| **known == code) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
+    interned.push(leaked);
+    leaked
 }
 
 /// One accepted message (`thread/T/messages`).

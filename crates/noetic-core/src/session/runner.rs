@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
-use super::durable::{LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
+use super::durable::{FailedTurn, LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
 use super::last::LastTurn;
 use crate::context::SteerInbox;
 use crate::context::{Context, ContextOptions, RestoreOptions, Transcript};
@@ -121,15 +121,22 @@ impl Session {
         }
         state.seeded = true;
         state.spend += spend;
-        if let Some(LastRecord { output, spend }) = last {
-            state.last = Some(Ok(LastTurn::keep(HarnessResponse {
-                items: Vec::new(),
-                usage: spend.usage,
-                cost: spend.cost,
-                text: output_text(&output),
-                output,
-                last_layer_usage: Vec::new(),
-            })));
+        match last {
+            Some(LastRecord {
+                failed: Some(failed),
+                ..
+            }) => state.last = Some(Err(Arc::new(failed.into_error()))),
+            Some(LastRecord { output, spend, .. }) => {
+                state.last = Some(Ok(LastTurn::keep(HarnessResponse {
+                    items: Vec::new(),
+                    usage: spend.usage,
+                    cost: spend.cost,
+                    text: output_text(&output),
+                    output,
+                    last_layer_usage: Vec::new(),
+                })));
+            }
+            None => {}
         }
         state.queue.extend(queue);
         state.resume = resume;
@@ -637,6 +644,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
                     last = Some(LastRecord {
                         output: output.clone(),
                         spend,
+                        failed: None,
                     });
                 }
                 // `items` and `text` are filled in when the response is read (`LastTurn`): an idle
@@ -667,6 +675,15 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
                     reason: error.to_string(),
                     error_kind: error.code(),
                 };
+                if journal.is_some() {
+                    // Read back, the thread answers `agent_response` with this error, not with an
+                    // earlier turn's answer.
+                    last = Some(LastRecord {
+                        output: Value::Null,
+                        spend: ctx.spend(),
+                        failed: Some(FailedTurn::of(&error)),
+                    });
+                }
                 state.last = Some(Err(Arc::new(error)));
                 event
             }

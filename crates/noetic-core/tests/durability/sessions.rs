@@ -306,3 +306,44 @@ async fn a_corrupt_or_newer_thread_record_is_named_and_other_threads_still_run()
         .unwrap();
     assert_eq!(response.text, "fine");
 }
+
+#[tokio::test]
+async fn a_thread_whose_last_turn_failed_reads_back_with_that_error_not_an_earlier_answer() {
+    let store = Arc::new(KvDurableStore::in_memory());
+    let counts = Arc::new(Counts::default());
+    let model = ScriptedModel::with_responses([
+        ScriptedResponse::text("first answer"),
+        ScriptedResponse::provider_error(Some(400), "bad request"),
+    ]);
+    let harness = harness(&store, &model, &counts);
+    harness.execute("one", on_thread()).await.unwrap();
+    assert_eq!(
+        harness
+            .agent_response(Scope::thread(THREAD))
+            .await
+            .unwrap()
+            .text,
+        "first answer"
+    );
+    harness.execute("two", on_thread()).await.unwrap();
+    let live = harness
+        .agent_response(Scope::thread(THREAD))
+        .await
+        .unwrap_err();
+    assert_eq!(live.code(), "PROVIDER_ERROR");
+    harness.wait_idle().await;
+    assert_eq!(harness.evict_idle_sessions(Duration::ZERO).await, 1);
+
+    // Read back (as after a restart): the failure answers at once, with its code and message.
+    harness.load_thread(THREAD).await.unwrap();
+    let read_back = harness
+        .agent_response(Scope::thread(THREAD))
+        .await
+        .unwrap_err();
+    assert_eq!(read_back.code(), "PROVIDER_ERROR");
+    assert!(read_back.to_string().contains("bad request"), "{read_back}");
+    assert!(
+        matches!(read_back, Error::TurnFailed { .. }),
+        "{read_back:?}"
+    );
+}
