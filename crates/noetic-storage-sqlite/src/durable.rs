@@ -177,6 +177,13 @@ async fn apply(conn: &mut SqliteConnection, commit: Commit) -> Result<()> {
             .await
             .map_err(|error| map("append", log, error))?;
     }
+    for name in &commit.drop_leases {
+        sqlx::query("DELETE FROM leases WHERE name = ?1")
+            .bind(name.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| map("drop_lease", name, error))?;
+    }
     Ok(())
 }
 
@@ -191,6 +198,7 @@ fn commit_subject(commit: &Commit) -> String {
         .or_else(|| commit.deletes.first().cloned())
         .or_else(|| commit.clear_prefixes.first().cloned())
         .or_else(|| commit.trims.first().map(|(log, _)| log.clone()))
+        .or_else(|| commit.drop_leases.first().cloned())
         .unwrap_or_default()
 }
 

@@ -26,7 +26,7 @@ fn read(entries: &[LogEntry]) -> Vec<(u64, String)> {
 /// delete, sorted prefix listing with `%` and `_` literal), logs (append from 0, the exact-sequence
 /// conflict, reading from a sequence number, trims keeping the next sequence number, clearing a prefix
 /// resetting a log to 0), the atomicity of a failed commit, and leases (epochs, renewal, `LEASE_HELD`,
-/// takeover after expiry, fencing with `LEASE_LOST`, release).
+/// takeover after expiry, fencing with `LEASE_LOST`, release, dropping a lease in a commit).
 ///
 /// # Panics
 /// When the store breaks the contract or fails.
@@ -434,4 +434,37 @@ async fn leases(store: &dyn DurableStore) {
         .await
         .unwrap();
     assert_eq!(other.epoch, 1);
+
+    // A commit may drop a lease outright, fenced by it, with its other parts; dropping a missing
+    // lease is no error, and a holder of the dropped lease is fenced out.
+    store
+        .commit(
+            Commit::new()
+                .fenced(Some(other.fence()))
+                .put("lease/b-done", "done")
+                .drop_lease("lease/b")
+                .drop_lease("lease/never"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.lease("lease/b").await.unwrap(), None);
+    assert_eq!(
+        store.record("lease/b-done").await.unwrap(),
+        Some(b"done".to_vec())
+    );
+    let fenced_out = store
+        .commit(
+            Commit::new()
+                .fenced(Some(other.fence()))
+                .put("lease/b-late", "x"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(fenced_out.code(), "LEASE_LOST");
+    store.release_lease(&other).await.unwrap();
+    assert_eq!(
+        store.lease("lease/b").await.unwrap(),
+        None,
+        "releasing a dropped lease does not bring it back"
+    );
 }

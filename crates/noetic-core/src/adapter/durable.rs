@@ -69,7 +69,8 @@ impl Fence {
 
 /// One atomic write: either every part is visible afterwards or, on error, none is.
 ///
-/// Parts apply in field order: `clear_prefixes`, `trims`, `deletes`, `puts`, `appends`.
+/// Parts apply in field order: `clear_prefixes`, `trims`, `deletes`, `puts`, `appends`,
+/// `drop_leases`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Commit {
@@ -87,6 +88,10 @@ pub struct Commit {
     pub puts: Vec<(String, Vec<u8>)>,
     /// Log entries appended.
     pub appends: Vec<LogAppend>,
+    /// Leases removed outright (a missing lease is not an error): only for names never used again —
+    /// a finished session turn's execution lease, say — since a lease acquired after it starts at
+    /// epoch 1 again.
+    pub drop_leases: Vec<String>,
 }
 
 impl Commit {
@@ -130,6 +135,12 @@ impl Commit {
     /// Removes every record and log whose name starts with `prefix`.
     pub fn clear_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.clear_prefixes.push(prefix.into());
+        self
+    }
+
+    /// Removes the lease `name` (see [`Commit::drop_leases`]).
+    pub fn drop_lease(mut self, name: impl Into<String>) -> Self {
+        self.drop_leases.push(name.into());
         self
     }
 
@@ -496,6 +507,9 @@ impl KvDurableStore {
                 format!("{NEXT}{}", append.log),
                 (next + count).to_string().into_bytes(),
             ));
+        }
+        for name in &commit.drop_leases {
+            ops.push(StorageOp::delete(format!("{LEASE}{name}")));
         }
         self.storage.batch(ops).await
     }

@@ -468,7 +468,9 @@ impl ThreadJournal {
         }
         commit = commit
             .put(record_key(&self.thread_id), to_bytes(&record)?)
-            .clear_prefix(crate::checkpoint::record::prefix(&end.execution_id));
+            .clear_prefix(crate::checkpoint::record::prefix(&end.execution_id))
+            // The turn's execution id is never used again: its lease row goes too.
+            .drop_lease(crate::checkpoint::record::lease_name(&end.execution_id));
         self.commit(writer, commit).await?;
         writer.record = record;
         writer.stored = true;

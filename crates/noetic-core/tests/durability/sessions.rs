@@ -215,9 +215,14 @@ async fn an_idle_durable_session_is_evicted_and_read_back_with_its_history_on_ne
             "Some(Assistant): turn 2",
         ]
     );
-    // The turn's execution records were folded into the thread: only thread rows remain.
+    // The turn's execution records were folded into the thread: only thread rows remain, and no
+    // turn left its execution lease behind.
     let executions = harness.executions().await.unwrap();
     assert!(executions.is_empty(), "{executions:?}");
+    let leases = noetic_core::StorageAdapter::list(&*store, "durable/lease/execution/")
+        .await
+        .unwrap();
+    assert!(leases.is_empty(), "{leases:?}");
 }
 
 #[tokio::test]
