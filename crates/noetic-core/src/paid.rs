@@ -56,11 +56,27 @@ struct Record {
 }
 
 /// A paid-call row.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StoredCall {
-    schema_version: u32,
     dispatched_at_ms: u64,
     call: PaidCall,
+}
+
+/// A paid-call row as written (`StoredCall` with its schema version), borrowing the call.
+#[derive(Serialize)]
+struct Row<'a> {
+    schema_version: u32,
+    dispatched_at_ms: u64,
+    call: &'a PaidCall,
+}
+
+/// The bytes of `call`'s row.
+fn row_bytes(dispatched_at_ms: u64, call: &PaidCall) -> Result<Vec<u8>> {
+    to_bytes(&Row {
+        schema_version: SCHEMA_VERSION,
+        dispatched_at_ms,
+        call,
+    })
 }
 
 fn key(dispatch_id: &str) -> String {
@@ -91,11 +107,7 @@ impl PaidCalls {
     ) -> Result<bool> {
         let dispatched_at_ms = now_ms();
         let row = match &self.store {
-            Some(_) => Some(to_bytes(&StoredCall {
-                schema_version: SCHEMA_VERSION,
-                dispatched_at_ms,
-                call: call.clone(),
-            })?),
+            Some(_) => Some(row_bytes(dispatched_at_ms, &call)?),
             None => None,
         };
         {
@@ -158,11 +170,7 @@ impl PaidCalls {
             }
             record.call.generation_id = Some(generation_id.to_owned());
             match &self.store {
-                Some(_) => to_bytes(&StoredCall {
-                    schema_version: SCHEMA_VERSION,
-                    dispatched_at_ms: record.dispatched_at_ms,
-                    call: record.call.clone(),
-                })?,
+                Some(_) => row_bytes(record.dispatched_at_ms, &record.call)?,
                 None => return Ok(()),
             }
         };

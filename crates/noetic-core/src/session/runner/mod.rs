@@ -1,6 +1,8 @@
 //! The per-thread session: its queue, history and event bus, and the runner task that turns queued
 //! messages into turns, one at a time.
 
+mod start;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -13,8 +15,8 @@ use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::durable::{FailedTurn, LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
 use super::last::LastTurn;
+use crate::context::Context;
 use crate::context::SteerInbox;
-use crate::context::{Context, ContextOptions, RestoreOptions, Transcript};
 use crate::drain::DrainReport;
 use crate::event::{FrameworkEvent, StreamEvent};
 use crate::item::Item;
@@ -23,6 +25,7 @@ use crate::steer::Steer;
 use crate::step::{Origin, StepNode};
 use crate::usage::Spend;
 use crate::{Error, Result};
+use start::{TurnStart, take_turn};
 use tokio_util::task::TaskTracker;
 
 /// The output given to a function call that never ran because its turn ended.
@@ -420,11 +423,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
         }
     }
     let was_restored = restored.is_some();
-
-    // The batch is taken and the turn marked running under one lock: a message sent meanwhile either
-    // is in the batch or meets the running turn (a steer joins it, an interrupt aborts it), never a
-    // turn that is about to start without it.
-    let (
+    let Some(TurnStart {
         turn_id,
         started,
         inbox,
@@ -435,120 +434,11 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
         history_start,
         turn_start,
         begin,
-    ) = {
-        let mut guard = session.state();
-        let state = &mut *guard;
-        let (turn_id, batch, resumed_steers) = match state.resume.take() {
-            Some(resume) if !resume.messages.is_empty() => {
-                (resume.turn_id, resume.messages, resume.steers)
-            }
-            _ => {
-                if state.queue.is_empty() {
-                    state.runner_active = false;
-                    drop(guard);
-                    drop(writer);
-                    session.bump();
-                    return false;
-                }
-                (
-                    crate::id::new_id(),
-                    state.queue.drain(..).collect::<Vec<_>>(),
-                    Vec::new(),
-                )
-            }
-        };
-        let started = tokio::time::Instant::now();
-        let message_ids: Vec<String> = batch.iter().map(|message| message.id.clone()).collect();
-        let resource_id = batch.iter().find_map(|message| message.resource_id.clone());
-        let batch_seqs: Vec<u64> = batch.iter().filter_map(|message| message.seq).collect();
-        let inputs: Arc<[Item]> = batch
-            .into_iter()
-            .flat_map(|message| message.items)
-            .collect();
-        let history_start = state.history.len();
-        // Where the turn's own items start in its root log: after the history and the messages.
-        let turn_start = history_start + inputs.len();
-        let transcript = Arc::new(Transcript::default());
-        let taken = restored
-            .as_ref()
-            .map(|restored: &crate::checkpoint::Restored| restored.state.steers_taken.clone())
-            .unwrap_or_default();
-        let pending: Vec<Steer> = resumed_steers
-            .into_iter()
-            .filter(|message| !taken.contains(&message.id))
-            .map(|message| {
-                if let Some(seq) = message.seq {
-                    state.steer_seqs.insert(message.id.clone(), seq);
-                }
-                Steer {
-                    message_id: message.id,
-                    mode: message.mode,
-                    items: message.items,
-                }
-            })
-            .collect();
-        let requested = restored
-            .as_ref()
-            .is_some_and(|restored| restored.items.len() > turn_start);
-        let inbox = Arc::new(SteerInbox::resumed(
-            runtime.on_steer_hook(),
-            pending,
-            taken,
-            requested,
-        ));
-        let ctx = match restored {
-            Some(restored) => {
-                let mut options = RestoreOptions::new().event_sink(session.bus.clone());
-                options.turn = Some((inbox.clone(), transcript.clone()));
-                Context::restored(runtime.clone(), restored, options)
-            }
-            None => {
-                let mut items = state.history.clone();
-                items.extend(inputs.iter().cloned());
-                let mut options = ContextOptions::new()
-                    .thread_id(session.thread_id.clone())
-                    .items(items);
-                options.resource_id = resource_id;
-                options.event_sink = Some(session.bus.clone());
-                options.steers = Some(inbox.clone());
-                options.transcript = Some(transcript.clone());
-                if let (Some(journal), Some(writer)) = (journal, writer.as_deref())
-                    && state.history_stored
-                {
-                    options.durable_base = Some(journal.base(writer));
-                }
-                Context::new(runtime.clone(), options)
-            }
-        };
-        state.running = Some(Running {
-            turn_id: turn_id.clone(),
-            ctx: ctx.clone(),
-            inbox: inbox.clone(),
-            started_at: SystemTime::now(),
-            aborting: false,
-            draining: None,
-        });
-        // What the store records of the start: the batch and what still waits.
-        let begin = (journal.is_some() && !was_restored).then(|| {
-            let queued: Vec<u64> = state
-                .queue
-                .iter()
-                .filter_map(|message| message.seq)
-                .collect();
-            (batch_seqs, queued)
-        });
-        (
-            turn_id,
-            started,
-            inbox,
-            ctx,
-            message_ids,
-            inputs,
-            transcript,
-            history_start,
-            turn_start,
-            begin,
-        )
+    }) = take_turn(session, runtime, journal, writer.as_deref(), restored)
+    else {
+        drop(writer);
+        session.bump();
+        return false;
     };
     if let (Some(journal), Some(writer), Some((batch, queued)), Ok(())) =
         (journal, writer.as_deref_mut(), begin, &begun)
