@@ -81,7 +81,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "HANDLE_EVICTED",
-        "*Reserved: nothing produces it yet.* A detached handle's child process vanished.",
+        "A detached or routed child vanished without finishing (killed, crashed, or no live child for the execution id): its manifest is cleared.",
     ),
     (
         "ITEM_SCHEMA_MISMATCH",
@@ -130,6 +130,34 @@ pub const CODES: &[(&str, &str)] = &[
     (
         "STORAGE_READ_ONLY",
         "The storage cannot be written: a read-only database file or directory (the operation and key are named).",
+    ),
+    (
+        "FS_PATH_REFUSED",
+        "An fs adapter refused a path: it leads outside the sandbox root (`..`, an absolute path elsewhere, a symlink out) or holds a NUL byte; nothing outside was touched.",
+    ),
+    (
+        "FS_NOT_FOUND",
+        "An fs adapter found nothing at the path (named).",
+    ),
+    (
+        "FS_NOT_A_DIRECTORY",
+        "An fs adapter expected a directory at the path (named).",
+    ),
+    (
+        "FS_IS_A_DIRECTORY",
+        "An fs adapter expected a file but the path (named) is a directory.",
+    ),
+    (
+        "FS_NOT_EMPTY",
+        "An fs adapter was asked to remove a directory that is not empty.",
+    ),
+    (
+        "FS_IO",
+        "The operating system failed a file operation (path and OS error named).",
+    ),
+    (
+        "SHELL_SPAWN_FAILED",
+        "A shell adapter could not start the shell at all (a command that runs and fails is an exit status, not this).",
     ),
     (
         "INVALID_ARGUMENT",
@@ -699,7 +727,24 @@ mod tests {
                 );
             }
         }
-        assert_eq!(count, CODES.len(), "every CODES entry has a variant");
+        // The fs and shell adapters' codes travel in `Error::Adapter`, not in variants of their own.
+        let adapter_codes = [
+            "FS_PATH_REFUSED",
+            "FS_NOT_FOUND",
+            "FS_NOT_A_DIRECTORY",
+            "FS_IS_A_DIRECTORY",
+            "FS_NOT_EMPTY",
+            "FS_IO",
+            "SHELL_SPAWN_FAILED",
+        ];
+        for code in adapter_codes {
+            assert!(CODES.iter().any(|(listed, _)| *listed == code), "{code}");
+        }
+        assert_eq!(
+            count + adapter_codes.len(),
+            CODES.len(),
+            "every CODES entry has a variant"
+        );
     }
 }
 

@@ -203,9 +203,28 @@ pub enum FrameworkEvent {
         /// The recovery cap (3).
         max_attempts: u32,
     },
+    /// An event of a step running in a child process (see `adapter::SubprocessAdapter`), as the
+    /// child emitted it.
+    SubprocessEvent {
+        /// The child's handle id.
+        handle_id: String,
+        /// The step the child runs.
+        step_id: String,
+        /// The child's event, in its [`StreamEvent::to_json`] shape.
+        event: serde_json::Value,
+    },
 }
 
 impl FrameworkEvent {
+    /// A child process's event, tagged with the child that sent it.
+    pub(crate) fn subprocess(handle_id: &str, step_id: &str, event: serde_json::Value) -> Self {
+        FrameworkEvent::SubprocessEvent {
+            handle_id: handle_id.to_owned(),
+            step_id: step_id.to_owned(),
+            event,
+        }
+    }
+
     /// The event's kind: what filters (`call_model(..).emit_filter`) match on.
     pub fn kind(&self) -> FrameworkEventKind {
         match self {
@@ -235,6 +254,7 @@ impl FrameworkEvent {
             FrameworkEvent::ToolRoundLimitExceeded { .. } => {
                 FrameworkEventKind::ToolRoundLimitExceeded
             }
+            FrameworkEvent::SubprocessEvent { .. } => FrameworkEventKind::SubprocessEvent,
         }
     }
 
@@ -292,6 +312,8 @@ pub enum FrameworkEventKind {
     DrainStarted,
     /// `drain_finished`: [`FrameworkEvent::DrainFinished`].
     DrainFinished,
+    /// `subprocess_event`: [`FrameworkEvent::SubprocessEvent`].
+    SubprocessEvent,
 }
 
 impl FrameworkEventKind {
@@ -319,6 +341,7 @@ impl FrameworkEventKind {
         FrameworkEventKind::ToolRoundLimitExceeded,
         FrameworkEventKind::DrainStarted,
         FrameworkEventKind::DrainFinished,
+        FrameworkEventKind::SubprocessEvent,
     ];
 
     /// The unprefixed type name (`step_started`, …), as in the JSON of the event.
@@ -346,6 +369,7 @@ impl FrameworkEventKind {
             FrameworkEventKind::ToolRoundLimitExceeded => "tool_round_limit_exceeded",
             FrameworkEventKind::DrainStarted => "drain_started",
             FrameworkEventKind::DrainFinished => "drain_finished",
+            FrameworkEventKind::SubprocessEvent => "subprocess_event",
         }
     }
 

@@ -19,7 +19,7 @@ use crate::Error;
 use crate::Result;
 use crate::context::Context;
 use crate::runtime::Runtime;
-use crate::step::{Origin, StepNode, execute};
+use crate::step::{Origin, StepNode, execute_routed};
 
 /// Runs `node` on `ctx` with `input` by the protocol above.
 ///
@@ -31,6 +31,18 @@ pub(crate) async fn run(
     input: Value,
     origin: Origin,
 ) -> Result<Value> {
+    run_routed(ctx, node, input, origin, true).await
+}
+
+/// [`run`], with `route: false` running `node` itself in this process whatever its subprocess adapter
+/// says (a child process running the step it was sent; the steps inside are routed as usual).
+pub(crate) async fn run_routed(
+    ctx: &Context,
+    node: &Arc<StepNode>,
+    input: Value,
+    origin: Origin,
+    route: bool,
+) -> Result<Value> {
     check_connections(ctx.runtime(), node)?;
     let _running = ctx.enter_run();
     let _channels =
@@ -40,7 +52,7 @@ pub(crate) async fn run(
         journal.begin(&input, ctx).await?;
     }
     let mut result = match crate::layer::lifecycle::init(ctx, &ctx.layers()).await {
-        Ok(()) => execute(node, input, origin, ctx).await,
+        Ok(()) => execute_routed(node, input, origin, ctx, route).await,
         Err(error) => Err(error),
     };
     if let Some(journal) = journal

@@ -58,7 +58,9 @@ pub use adapter::{
 pub use channel::{Channel, ChannelHandle, ChannelMode, ChannelStream};
 pub use checkpoint::{ExecutionRecord, ExecutionStatus, LedgerRetention};
 pub use connection::{Connection, ConnectionSpec};
-pub use context::{Context, ContextOptions, MAX_DEPTH, RestoreOptions, StepMeta};
+pub use context::{
+    Context, ContextOptions, DetachedHandle, DetachedOptions, MAX_DEPTH, RestoreOptions, StepMeta,
+};
 pub use drain::{CallKind, CancelOptions, DrainReason, DrainReport, PaidCall};
 pub use error::{BoxError, CODES, Error, Result, StepFailure};
 pub use event::{EventSink, FrameworkEvent, FrameworkEventKind, StreamEvent};
@@ -68,18 +70,21 @@ pub use layer::{
     Band, ContextLayer, LayerCtx, LayerDecision, LayerScope, LayerUsage, Outcome, RecallLayerOutput,
 };
 pub use model::{ModelProvider, ModelRequest, ModelStream, ResponseEvent};
-pub use runtime::{AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT, Runtime, RuntimeBuilder};
+pub use runtime::{
+    AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT, Environment, Runtime, RuntimeBuilder,
+};
 pub use session::{
     AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
     ItemSnapshot, Replay, Scope, SessionChunk, SessionStatus, Steer, SteerDecision, SteerPoint,
     TurnOutcome,
 };
 pub use step::{
-    Backoff, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder, LoopBuilder, LoopStart,
-    MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy, RunCodeBuilder, ScheduleBuilder,
-    ScheduleOnError, SequenceBuilder, SequenceStart, Settled, SpawnBuilder, SteerMode, Step,
-    StepKind, StepRef, call_model, conditional, in_parallel, invoke_tool, loop_step, run_code,
-    schedule, sequence, spawn, with_context,
+    Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder,
+    LoopBuilder, LoopStart, MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy,
+    RunCodeBuilder, STOP_GRACE, ScheduleBuilder, ScheduleOnError, SequenceBuilder, SequenceStart,
+    Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, StepRegistry, call_model,
+    conditional, in_parallel, invoke_tool, loop_step, run_code, schedule, sequence, spawn,
+    with_context,
 };
 pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
 pub use until::{Until, Verdict, all, any};
@@ -88,7 +93,7 @@ pub use workflow::{WorkflowDocument, WorkflowRegistry};
 
 /// The traits users implement or call, for a glob import.
 pub mod prelude {
-    pub use crate::adapter::StorageAdapter;
+    pub use crate::adapter::{FsAdapter, ShellAdapter, StorageAdapter, SubprocessAdapter};
     pub use crate::event::EventSink;
     pub use crate::layer::ContextLayer;
     pub use crate::model::ModelProvider;

@@ -15,7 +15,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use crate::adapter::{DurableStore, InMemoryStorage, StorageAdapter};
+use crate::adapter::{
+    DurableStore, FsAdapter, InMemoryFs, InMemoryStorage, InProcess, NoShell, ShellAdapter,
+    StorageAdapter, SubprocessAdapter,
+};
 use crate::checkpoint::{Durability, LedgerRetention};
 use crate::connection::Connection;
 use crate::context::OnSteer;
@@ -64,6 +67,12 @@ pub struct Runtime {
     /// Where checkpoints, the step ledger and leases persist; `None` keeps every durability call a
     /// no-op.
     durability: Option<Durability>,
+    /// The files tools read and write.
+    fs: Arc<dyn FsAdapter>,
+    /// Where shell commands run.
+    shell: Arc<dyn ShellAdapter>,
+    /// Where `run_code`, `spawn` and `detached_spawn` steps run.
+    subprocess: Arc<dyn SubprocessAdapter>,
     /// The paid-call records of every model round run on this runtime (the one piece of state here:
     /// rounds add and end records as they run).
     paid_calls: Arc<PaidCalls>,
@@ -88,6 +97,9 @@ impl Runtime {
             on_steer: None,
             connections: Vec::new(),
             storage: None,
+            fs: None,
+            shell: None,
+            subprocess: None,
             durable: None,
             lease_ttl: crate::checkpoint::DEFAULT_LEASE_TTL,
             retention: LedgerRetention::default(),
@@ -113,6 +125,21 @@ impl Runtime {
     /// The storage adapter (an [`InMemoryStorage`] unless the builder was given one).
     pub fn storage(&self) -> &Arc<dyn StorageAdapter> {
         &self.storage
+    }
+
+    /// The fs adapter (an [`InMemoryFs`] sandbox unless the builder was given one).
+    pub fn fs(&self) -> &Arc<dyn FsAdapter> {
+        &self.fs
+    }
+
+    /// The shell adapter ([`NoShell`], which answers exit 127, unless the builder was given one).
+    pub fn shell(&self) -> &Arc<dyn ShellAdapter> {
+        &self.shell
+    }
+
+    /// The subprocess adapter ([`InProcess`] unless the builder was given one).
+    pub fn subprocess(&self) -> &Arc<dyn SubprocessAdapter> {
+        &self.subprocess
     }
 
     /// The durable store, when the builder was given one ([`RuntimeBuilder::durable`]).
@@ -231,6 +258,9 @@ pub struct RuntimeBuilder {
     on_steer: Option<Arc<OnSteer>>,
     connections: Vec<Arc<dyn Connection>>,
     storage: Option<Arc<dyn StorageAdapter>>,
+    fs: Option<Arc<dyn FsAdapter>>,
+    shell: Option<Arc<dyn ShellAdapter>>,
+    subprocess: Option<Arc<dyn SubprocessAdapter>>,
     durable: Option<Arc<dyn DurableStore>>,
     lease_ttl: Duration,
     retention: LedgerRetention,
@@ -311,6 +341,40 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The files tools read and write (default: a fresh [`InMemoryFs`], a sandbox).
+    pub fn fs(mut self, fs: impl FsAdapter) -> Self {
+        self.fs = Some(Arc::new(fs));
+        self
+    }
+
+    /// Where shell commands run (default: [`NoShell`], which runs nothing and answers exit 127).
+    pub fn shell(mut self, shell: impl ShellAdapter) -> Self {
+        self.shell = Some(Arc::new(shell));
+        self
+    }
+
+    /// Where `run_code`, `spawn` and `detached_spawn` steps run unless the step (or the detached
+    /// spawn) names its own (default: [`InProcess`]).
+    pub fn subprocess(mut self, subprocess: impl SubprocessAdapter) -> Self {
+        self.subprocess = Some(Arc::new(subprocess));
+        self
+    }
+
+    /// Sets every adapter `environment` holds (the others keep their current values).
+    pub fn environment(mut self, environment: Environment) -> Self {
+        let Environment {
+            storage,
+            fs,
+            shell,
+            subprocess,
+        } = environment;
+        self.storage = storage.or(self.storage);
+        self.fs = fs.or(self.fs);
+        self.shell = shell.or(self.shell);
+        self.subprocess = subprocess.or(self.subprocess);
+        self
+    }
+
     /// Makes the runtime durable on `store`, which then also holds layer state: checkpoints, the step
     /// ledger, durable sessions and leases are written to it. A SQLite file
     /// (`noetic_storage_sqlite::SqliteStorage`) survives the process; [`crate::KvDurableStore::in_memory`]
@@ -357,6 +421,9 @@ impl RuntimeBuilder {
             storage: self
                 .storage
                 .unwrap_or_else(|| Arc::new(InMemoryStorage::new())),
+            fs: self.fs.unwrap_or_else(|| Arc::new(InMemoryFs::new())),
+            shell: self.shell.unwrap_or_else(|| Arc::new(NoShell)),
+            subprocess: self.subprocess.unwrap_or_else(|| Arc::new(InProcess)),
             durability: self.durable.map(|store| Durability {
                 store,
                 holder: crate::id::new_id(),
@@ -373,6 +440,72 @@ impl std::fmt::Debug for RuntimeBuilder {
         f.debug_struct("RuntimeBuilder")
             .field("name", &self.name)
             .finish_non_exhaustive()
+    }
+}
+
+/// The surfaces a runtime's steps and tools run against, set together with
+/// [`RuntimeBuilder::environment`] (or `AgentHarnessBuilder::environment`). Every field is optional and
+/// defaults to a sandboxed in-memory adapter, so a zero-config runtime touches no file, runs no
+/// command and starts no process.
+///
+/// # Examples
+/// ```
+/// use noetic_core::{Environment, Runtime, adapter::InMemoryFs};
+/// let runtime = Runtime::builder("agent").environment(Environment::new().fs(InMemoryFs::new())).build();
+/// # let _ = runtime;
+/// ```
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct Environment {
+    /// Key-value storage for layer state (default [`InMemoryStorage`]).
+    pub storage: Option<Arc<dyn StorageAdapter>>,
+    /// Files (default [`InMemoryFs`]).
+    pub fs: Option<Arc<dyn FsAdapter>>,
+    /// Shell commands (default [`NoShell`]).
+    pub shell: Option<Arc<dyn ShellAdapter>>,
+    /// Where steps run (default [`InProcess`]).
+    pub subprocess: Option<Arc<dyn SubprocessAdapter>>,
+}
+
+impl Environment {
+    /// Every adapter defaulted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the storage adapter.
+    pub fn storage(mut self, storage: impl StorageAdapter) -> Self {
+        self.storage = Some(Arc::new(storage));
+        self
+    }
+
+    /// Sets the fs adapter.
+    pub fn fs(mut self, fs: impl FsAdapter) -> Self {
+        self.fs = Some(Arc::new(fs));
+        self
+    }
+
+    /// Sets the shell adapter.
+    pub fn shell(mut self, shell: impl ShellAdapter) -> Self {
+        self.shell = Some(Arc::new(shell));
+        self
+    }
+
+    /// Sets the subprocess adapter.
+    pub fn subprocess(mut self, subprocess: impl SubprocessAdapter) -> Self {
+        self.subprocess = Some(Arc::new(subprocess));
+        self
+    }
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("storage", &self.storage.is_some())
+            .field("fs", &self.fs.is_some())
+            .field("shell", &self.shell.is_some())
+            .field("subprocess", &self.subprocess.is_some())
+            .finish()
     }
 }
 

@@ -15,6 +15,7 @@ mod durable;
 mod events;
 mod mock_server;
 mod paced;
+mod platform;
 mod scripted;
 mod storage;
 
@@ -22,6 +23,7 @@ pub use durable::durable_conformance;
 pub use events::EventLog;
 pub use mock_server::{MockReply, MockServer, RecordedHttpRequest};
 pub use paced::{PacedCall, PacedModel};
+pub use platform::{fs_conformance, shell_conformance};
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};
 pub use storage::storage_conformance;
 

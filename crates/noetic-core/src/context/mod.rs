@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::channel::RootChannels;
 
 mod channels;
+mod detached;
 mod drain;
 mod durable;
 mod steers;
@@ -29,6 +30,7 @@ use crate::layer::{ContextLayer, LayerCtx, LayerUsage};
 use crate::runtime::Runtime;
 use crate::usage::{Spend, TokenUsage};
 use crate::{Error, Result};
+pub use detached::{DetachedHandle, DetachedOptions};
 pub use durable::RestoreOptions;
 pub use steers::OnSteer;
 pub(crate) use steers::{Applied, SteerInbox};
@@ -62,6 +64,8 @@ pub struct ContextOptions {
     /// runner; children join their parent's).
     pub(crate) transcript: Option<Arc<Transcript>>,
     pub(crate) metadata: Option<Value>,
+    /// The id of a new root (default: a fresh one); a child process's root takes its handle's.
+    pub(crate) id: Option<String>,
     /// On a durable runtime: where the first items are recorded already (a session turn's history).
     pub(crate) durable_base: Option<crate::checkpoint::Base>,
 }
@@ -245,6 +249,7 @@ impl Context {
             steers,
             transcript,
             metadata,
+            id,
             durable_base,
         } = options;
         let transcript = match transcript {
@@ -271,7 +276,7 @@ impl Context {
                 journal: None,
             }),
             None => {
-                let id = crate::id::new_id();
+                let id = id.unwrap_or_else(crate::id::new_id);
                 // Every root on a durable runtime is an execution; a session turn's starts with its
                 // thread's history (`durable_base`).
                 let journal = runtime.durability().map(|durability| {
@@ -690,6 +695,11 @@ impl Context {
     /// Whether anything listens to this context's events.
     pub fn has_event_sink(&self) -> bool {
         self.inner.sink.is_some()
+    }
+
+    /// Where this context's events go, if anywhere.
+    pub(crate) fn sink(&self) -> Option<&Arc<dyn EventSink>> {
+        self.inner.sink.as_ref()
     }
 
     /// Emits a framework event, when a sink is attached.

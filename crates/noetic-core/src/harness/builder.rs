@@ -145,6 +145,33 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// The files tools read and write (default: an in-memory sandbox); see
+    /// [`crate::RuntimeBuilder::fs`].
+    pub fn fs(mut self, fs: impl crate::adapter::FsAdapter) -> Self {
+        self.runtime = self.runtime.fs(fs);
+        self
+    }
+
+    /// Where shell commands run (default: none, exit 127); see [`crate::RuntimeBuilder::shell`].
+    pub fn shell(mut self, shell: impl crate::adapter::ShellAdapter) -> Self {
+        self.runtime = self.runtime.shell(shell);
+        self
+    }
+
+    /// Where `run_code`, `spawn` and `detached_spawn` steps run (default: in process); see
+    /// [`crate::RuntimeBuilder::subprocess`].
+    pub fn subprocess(mut self, subprocess: impl crate::adapter::SubprocessAdapter) -> Self {
+        self.runtime = self.runtime.subprocess(subprocess);
+        self
+    }
+
+    /// Sets every adapter `environment` holds (storage, fs, shell, subprocess); see
+    /// [`crate::Environment`].
+    pub fn environment(mut self, environment: crate::Environment) -> Self {
+        self.runtime = self.runtime.environment(environment);
+        self
+    }
+
     /// Makes the harness durable on `store` (see [`crate::RuntimeBuilder::durable`]).
     pub fn durable<S: StorageAdapter + crate::DurableStore>(mut self, store: S) -> Self {
         self.runtime = self.runtime.durable(store);

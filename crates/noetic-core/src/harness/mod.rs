@@ -130,6 +130,32 @@ impl AgentHarness {
         self.known(Context::new(self.inner.runtime.clone(), options))
     }
 
+    /// Starts `step` as a detached child of `ctx`; see [`Context::detached_spawn`].
+    ///
+    /// # Errors
+    /// As [`Context::detached_spawn`].
+    pub async fn detached_spawn<I: Serialize, O: DeserializeOwned>(
+        &self,
+        step: &Step<I, O>,
+        input: I,
+        ctx: &Context,
+        options: crate::DetachedOptions,
+    ) -> Result<crate::DetachedHandle<O>> {
+        ctx.detached_spawn(step, input, options).await
+    }
+
+    /// Rejoins the live detached child of `execution_id` through the harness's subprocess adapter
+    /// (after a host restart: its `list_live` names them); see [`crate::DetachedHandle::restore`].
+    ///
+    /// # Errors
+    /// `HANDLE_EVICTED` when no live child works for `execution_id`.
+    pub async fn restore_detached<O: DeserializeOwned>(
+        &self,
+        execution_id: &str,
+    ) -> Result<crate::DetachedHandle<O>> {
+        crate::DetachedHandle::restore(&**self.inner.runtime.subprocess(), execution_id).await
+    }
+
     /// Remembers `ctx` (weakly) for `execution_status`, forgetting dropped ones now and then.
     pub(crate) fn known(&self, ctx: Context) -> Context {
         let mut executions = crate::sync::lock(&self.inner.executions);

@@ -30,6 +30,18 @@ pub(crate) fn execute<'a>(
     origin: Origin,
     ctx: &'a Context,
 ) -> BoxFuture<'a, Result<Value>> {
+    execute_routed(node, input, origin, ctx, true)
+}
+
+/// [`execute`]; with `route: false` a `run_code` or `spawn` runs here even when its subprocess
+/// adapter runs it out of process (the child process running it).
+pub(crate) fn execute_routed<'a>(
+    node: &'a Arc<StepNode>,
+    input: Value,
+    origin: Origin,
+    ctx: &'a Context,
+    route: bool,
+) -> BoxFuture<'a, Result<Value>> {
     Box::pin(async move {
         if ctx.depth() >= MAX_DEPTH {
             return Err(Error::StepFailed {
@@ -74,12 +86,18 @@ pub(crate) fn execute<'a>(
         }
         let id = node.id.as_str();
         let output = match &node.body {
-            StepBody::RunCode(spec) => run_code::execute(id, spec, input, ctx).await,
+            StepBody::RunCode(spec) => match routed(route, spec.subprocess.as_ref(), id, ctx) {
+                Some(adapter) => super::routed::run_routed(adapter, id, input, ctx).await,
+                None => run_code::execute(id, spec, input, ctx).await,
+            },
             StepBody::CallModel(spec) => call_model::execute(id, spec, input, &origin, ctx).await,
             StepBody::InvokeTool(spec) => invoke_tool::execute(id, spec, input, ctx).await,
             StepBody::Conditional(spec) => conditional::execute(spec, input, origin, ctx).await,
             StepBody::InParallel(spec) => parallel::execute(id, spec, input, origin, ctx).await,
-            StepBody::Spawn(spec) => spawn::execute(id, spec, input, origin, ctx).await,
+            StepBody::Spawn(spec) => match routed(route, spec.subprocess.as_ref(), id, ctx) {
+                Some(adapter) => super::routed::run_routed(adapter, id, input, ctx).await,
+                None => spawn::execute(id, spec, input, origin, ctx).await,
+            },
             StepBody::WithContext(spec) => with_context::execute(spec, input, origin, ctx).await,
             StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, origin, ctx).await,
             StepBody::Sequence(body) => loop_step::run_body(body, input, origin, ctx).await,
@@ -109,4 +127,18 @@ pub(crate) fn execute<'a>(
         }
         Ok(output)
     })
+}
+
+/// The adapter that runs step `id` out of process, if routing is on and one does.
+fn routed<'a>(
+    route: bool,
+    own: Option<&'a Arc<dyn crate::adapter::SubprocessAdapter>>,
+    id: &str,
+    ctx: &'a Context,
+) -> Option<&'a Arc<dyn crate::adapter::SubprocessAdapter>> {
+    if route {
+        super::routed::route(own, id, ctx)
+    } else {
+        None
+    }
 }

@@ -20,6 +20,8 @@ mod interpreter;
 mod invoke_tool;
 mod loop_step;
 mod parallel;
+mod registry;
+pub(crate) mod routed;
 mod run_code;
 mod schedule;
 mod spawn;
@@ -34,12 +36,14 @@ pub use loop_step::{
     sequence,
 };
 pub use parallel::{ParallelBuilder, Settled, in_parallel};
+pub use registry::StepRegistry;
+pub use routed::{CANCEL_GRACE, STOP_GRACE};
 pub use run_code::{Backoff, RetryPolicy, RunCodeBuilder, run_code};
 pub use schedule::{ScheduleBuilder, ScheduleOnError, schedule};
 pub use spawn::{SpawnBuilder, SteerMode, spawn};
 pub use with_context::with_context;
 
-pub(crate) use interpreter::execute;
+pub(crate) use interpreter::{execute, execute_routed};
 
 use std::marker::PhantomData;
 use std::sync::Arc;

@@ -9,6 +9,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use super::{Step, StepBody, StepNode, decode, encode};
+use crate::adapter::SubprocessAdapter;
 use crate::connection::Need;
 use crate::context::Context;
 use crate::error::{BoxError, StepFailure};
@@ -99,6 +100,8 @@ pub(crate) struct RunCodeSpec {
     pub(crate) retry: Option<RetryPolicy>,
     /// Connection operations the body uses, checked by `run()` before the tree starts.
     pub(crate) needs: Vec<Need>,
+    /// Where the step runs, when not the runtime's adapter.
+    pub(crate) subprocess: Option<Arc<dyn SubprocessAdapter>>,
 }
 
 /// Builds a `run_code` step; see [`run_code`].
@@ -108,6 +111,7 @@ pub struct RunCodeBuilder<I, O> {
     body: Box<CodeBody>,
     retry: Option<RetryPolicy>,
     needs: Vec<Need>,
+    subprocess: Option<Arc<dyn SubprocessAdapter>>,
     _types: std::marker::PhantomData<fn(I) -> O>,
 }
 
@@ -151,6 +155,7 @@ where
         body: Box::new(erased),
         retry: None,
         needs: Vec::new(),
+        subprocess: None,
         _types: std::marker::PhantomData,
     }
 }
@@ -170,6 +175,13 @@ impl<I, O> RunCodeBuilder<I, O> {
         self
     }
 
+    /// Runs the step through `adapter` instead of the runtime's subprocess adapter: out of process
+    /// when that adapter says so for this step's id (see `adapter::SubprocessAdapter`).
+    pub fn subprocess(mut self, adapter: impl SubprocessAdapter) -> Self {
+        self.subprocess = Some(Arc::new(adapter));
+        self
+    }
+
     /// The finished step.
     pub fn build(self) -> Step<I, O> {
         Step::from_node(StepNode {
@@ -178,6 +190,7 @@ impl<I, O> RunCodeBuilder<I, O> {
                 body: self.body,
                 retry: self.retry,
                 needs: self.needs,
+                subprocess: self.subprocess,
             }),
         })
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{Origin, Step, StepBody, StepNode, execute as execute_step};
+use crate::adapter::SubprocessAdapter;
 use crate::context::{ChildSpec, Context};
 use crate::error::StepFailure;
 use crate::layer::ContextLayer;
@@ -25,6 +26,8 @@ pub(crate) struct SpawnSpec {
     timeout: Option<Duration>,
     layers: Option<Arc<[Arc<dyn ContextLayer>]>>,
     steers: SteerMode,
+    /// Where the child runs, when not the runtime's adapter.
+    pub(crate) subprocess: Option<Arc<dyn SubprocessAdapter>>,
 }
 
 /// Whether a spawned child's model calls take the session turn's steering messages.
@@ -64,6 +67,7 @@ pub fn spawn<I, O>(id: impl Into<String>, child: impl Into<Step<I, O>>) -> Spawn
             timeout: None,
             layers: None,
             steers: SteerMode::Isolated,
+            subprocess: None,
         },
         _types: std::marker::PhantomData,
     }
@@ -86,6 +90,14 @@ impl<I, O> SpawnBuilder<I, O> {
     /// [`SteerMode::Isolated`]: the parent applies them at its next steer point).
     pub fn steers(mut self, mode: SteerMode) -> Self {
         self.spec.steers = mode;
+        self
+    }
+
+    /// Runs the child through `adapter` instead of the runtime's subprocess adapter: in a child
+    /// process when that adapter runs this step's id out of process (the child process runs the step
+    /// its own program registered under this spawn's id).
+    pub fn subprocess(mut self, adapter: impl SubprocessAdapter) -> Self {
+        self.spec.subprocess = Some(Arc::new(adapter));
         self
     }
 

@@ -10,6 +10,7 @@ mod hooks;
 mod invoke_tool;
 mod loops;
 mod parallel;
+mod platform;
 mod run_code;
 mod sequence;
 mod spawn;

@@ -1,0 +1,35 @@
+//! # noetic-platform-unix
+//!
+//! The real operating system behind `noetic-core`'s platform adapters:
+//!
+//! - [`LocalFs`]: a directory as an [`FsAdapter`](noetic_core::adapter::FsAdapter); every path is
+//!   resolved by the kernel beneath the root (`openat2(RESOLVE_BENEATH)`, or component by component
+//!   with `O_NOFOLLOW`), so `..`, absolute paths and symlinks that lead outside are refused with
+//!   `FS_PATH_REFUSED`, with no check-then-open race.
+//! - [`LocalShell`]: `sh -c` in its own process group with a cwd inside the root, a timeout that kills
+//!   the whole group, capped output and an allow-listed environment (no API key unless named).
+//! - [`LocalSubprocess`]: the steps of a [`StepRegistry`](noetic_core::StepRegistry) in child
+//!   processes (this binary, re-executed), talking newline-delimited JSON with sequence numbers and
+//!   acks over a Unix socket; durable manifests (pid + process start time) let a restarted host find
+//!   its detached children with `list_live` and rejoin them with `restore`.
+//!
+//! A zero-config harness stays sandboxed (in-memory fs, no shell, steps in process); this crate is
+//! what a program adds to reach the machine:
+//!
+//! ```no_run
+//! use noetic_core::{AgentHarness, Environment};
+//! use noetic_platform_unix::{LocalFs, LocalShell};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let fs = LocalFs::rooted("./workspace")?;
+//! let shell = LocalShell::new(&fs);
+//! let harness = AgentHarness::builder("agent")
+//!     .environment(Environment::new().fs(fs).shell(shell))
+//!     .build()?;
+//! # let _ = harness; Ok(()) }
+//! ```
+
+mod fs;
+mod shell;
+
+pub use fs::{LocalFs, Resolution};
+pub use shell::{DEFAULT_ENV, DEFAULT_OUTPUT_CAP, DEFAULT_TIMEOUT, LocalShell};
