@@ -8,10 +8,10 @@
 //!   `FS_PATH_REFUSED`, with no check-then-open race.
 //! - [`LocalShell`]: `sh -c` in its own process group with a cwd inside the root, a timeout that kills
 //!   the whole group, capped output and an allow-listed environment (no API key unless named).
-//! - [`LocalSubprocess`]: the steps of a [`StepRegistry`](noetic_core::StepRegistry) in child
-//!   processes (this binary, re-executed), talking newline-delimited JSON with sequence numbers and
-//!   acks over a Unix socket; durable manifests (pid + process start time) let a restarted host find
-//!   its detached children with `list_live` and rejoin them with `restore`.
+//!
+//! Still to come here: `LocalSubprocess`, running the steps of a
+//! [`StepRegistry`](noetic_core::StepRegistry) in child processes with durable manifests (see
+//! `docs/platform.md`); until then steps run in process ([`noetic_core::adapter::InProcess`]).
 //!
 //! A zero-config harness stays sandboxed (in-memory fs, no shell, steps in process); this crate is
 //! what a program adds to reach the machine:
