@@ -150,3 +150,36 @@ fn the_graceful_shutdown_example_drains_the_round_and_charges_it() {
     assert!(stdout.contains("0 cut off"), "{stdout}");
     assert!(stdout.contains("pending paid calls: 0"), "{stdout}");
 }
+
+#[test]
+fn the_subprocess_example_runs_a_step_in_a_child_and_rejoins_a_detached_one_after_a_restart() {
+    let (stdout, _) = run_example("subprocess", &[]);
+    let host: u32 = stdout
+        .split_once("host ")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    // The sum came from another process, with its events and its spend.
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("crunch(100) = 5050 in child "))
+        .unwrap();
+    assert!(!line.contains(&format!("child {host};")), "{stdout}");
+    assert!(line.contains("spent 100 input tokens, $0.001"), "{stdout}");
+    assert!(
+        stdout.contains("child event: worker:step_completed"),
+        "{stdout}"
+    );
+    // The detached child outlived its first host and answered the restarted one.
+    let started: &str = stdout
+        .split_once("started detached child ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap();
+    assert!(
+        stdout.contains(&format!("finds live child {started} (step `report`")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("rejoined: report on subprocesses: done in child"),
+        "{stdout}"
+    );
+}

@@ -160,6 +160,14 @@ pub const CODES: &[(&str, &str)] = &[
         "A shell adapter could not start the shell at all (a command that runs and fails is an exit status, not this).",
     ),
     (
+        "SUBPROCESS_FAILED",
+        "A subprocess adapter could not start a child, or the child did not serve (its stderr tail named).",
+    ),
+    (
+        "SUBPROCESS_MANIFEST_CORRUPT",
+        "A child's manifest in storage cannot be read (not JSON, unknown version); it is left in place, key named.",
+    ),
+    (
         "INVALID_ARGUMENT",
         "An API was called with an invalid argument (named in the message).",
     ),
@@ -727,7 +735,7 @@ mod tests {
                 );
             }
         }
-        // The fs and shell adapters' codes travel in `Error::Adapter`, not in variants of their own.
+        // The fs, shell and subprocess adapters' codes travel in `Error::Adapter`, not in variants of their own.
         let adapter_codes = [
             "FS_PATH_REFUSED",
             "FS_NOT_FOUND",
@@ -736,6 +744,8 @@ mod tests {
             "FS_NOT_EMPTY",
             "FS_IO",
             "SHELL_SPAWN_FAILED",
+            "SUBPROCESS_FAILED",
+            "SUBPROCESS_MANIFEST_CORRUPT",
         ];
         for code in adapter_codes {
             assert!(CODES.iter().any(|(listed, _)| *listed == code), "{code}");

@@ -9,9 +9,10 @@
 //! - [`LocalShell`]: `sh -c` in its own process group with a cwd inside the root, a timeout that kills
 //!   the whole group, capped output and an allow-listed environment (no API key unless named).
 //!
-//! Still to come here: `LocalSubprocess`, running the steps of a
-//! [`StepRegistry`](noetic_core::StepRegistry) in child processes with durable manifests (see
-//! `docs/platform.md`); until then steps run in process ([`noetic_core::adapter::InProcess`]).
+//! - [`LocalSubprocess`]: the steps of a [`StepRegistry`](noetic_core::StepRegistry) in child
+//!   processes of this program (re-executed; its `main` calls [`serve_if_child`]), each leading a
+//!   process group of its own, speaking numbered, acknowledged JSON lines over a Unix socket, with a
+//!   durable manifest per live child so a restarted host rejoins the detached ones.
 //!
 //! A zero-config harness stays sandboxed (in-memory fs, no shell, steps in process); this crate is
 //! what a program adds to reach the machine:
@@ -29,7 +30,13 @@
 //! ```
 
 mod fs;
+mod group;
 mod shell;
+mod subprocess;
 
 pub use fs::{LocalFs, Resolution};
 pub use shell::{DEFAULT_ENV, DEFAULT_OUTPUT_CAP, DEFAULT_TIMEOUT, LocalShell};
+pub use subprocess::{
+    DEFAULT_LINGER, DEFAULT_STARTUP_TIMEOUT, LocalSubprocess, MANIFEST_PREFIX, SubprocessError,
+    serve_if_child, serve_if_child_async,
+};

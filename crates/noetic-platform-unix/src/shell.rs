@@ -213,54 +213,13 @@ impl GroupGuard {
 }
 
 impl GroupGuard {
-    /// Waits (bounded by [`GROUP_GRACE`]) until no live process is left in the group, so that when
-    /// a run returns, what it started is dead, not merely signalled. A killed process that its new
-    /// parent has not reaped yet (a zombie) counts as gone.
+    /// Waits (bounded by [`crate::group::GRACE`]) until no live process is left in the group, so
+    /// that when a run returns, what it started is dead, not merely signalled.
     async fn gone(&self) {
-        let Some(group) = self.0 else {
-            return;
-        };
-        let deadline = tokio::time::Instant::now() + GROUP_GRACE;
-        let mut pause = Duration::from_millis(1);
-        while killpg(group, None).is_ok()
-            && group_has_live_member(group)
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(20));
+        if let Some(group) = self.0 {
+            crate::group::wait_gone(group, crate::group::GRACE).await;
         }
     }
-}
-
-/// How long a killed group may take to die before a run returns anyway.
-const GROUP_GRACE: Duration = Duration::from_secs(2);
-
-/// Whether a process of group `group` is alive (not a zombie), by `/proc`; `true` where `/proc`
-/// cannot be read (the caller then waits out its grace).
-fn group_has_live_member(group: Pid) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            return false;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|pgrp| pgrp.parse::<i32>().ok());
-        pgrp == Some(group.as_raw()) && state != Some("Z")
-    })
 }
 
 impl Drop for GroupGuard {

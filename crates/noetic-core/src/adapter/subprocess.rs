@@ -165,6 +165,27 @@ pub struct LiveChild {
     pub started_at_ms: u64,
 }
 
+impl LiveChild {
+    /// A live child, as an out-of-process adapter reports it from its manifest.
+    pub fn new(
+        handle_id: impl Into<String>,
+        step_id: impl Into<String>,
+        execution_id: impl Into<String>,
+        pid: u32,
+        detached: bool,
+        started_at_ms: u64,
+    ) -> Self {
+        LiveChild {
+            handle_id: handle_id.into(),
+            step_id: step_id.into(),
+            execution_id: execution_id.into(),
+            pid,
+            detached,
+            started_at_ms,
+        }
+    }
+}
+
 /// What a signal to a child did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -3,3 +3,4 @@
 
 mod fs;
 mod shell;
+mod subprocess;

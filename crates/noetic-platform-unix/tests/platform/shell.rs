@@ -142,11 +142,20 @@ async fn output_is_capped_and_the_environment_is_an_allow_list() {
     assert_eq!((output.stdout.len(), output.stdout_truncated), (100, true));
     assert_eq!((output.stderr.len(), output.stderr_truncated), (100, true));
 
-    // cargo sets these for the test process; only the one passed on reaches the command.
-    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    // Two of the test process's own variables beyond the allow-list (cargo sets several): only
+    // the one passed on reaches the command.
+    let extra: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| !noetic_platform_unix::DEFAULT_ENV.contains(&name.as_str()))
+        .collect();
+    assert!(
+        extra.len() >= 2,
+        "the test process has variables of its own: {extra:?}"
+    );
+    let (passed, kept) = (extra[0].as_str(), extra[1].as_str());
     let output = LocalShell::new(&fs)
         .env("GIVEN", "value")
-        .pass_env("CARGO_PKG_NAME")
+        .pass_env(passed)
         .run(ShellCommand::new("env"))
         .await
         .expect("runs");
@@ -157,12 +166,12 @@ async fn output_is_capped_and_the_environment_is_an_allow_list() {
         .collect();
     assert!(names.contains(&"PATH"), "{env}");
     assert!(names.contains(&"GIVEN"), "{env}");
-    assert!(names.contains(&"CARGO_PKG_NAME"), "{env}");
-    assert!(!names.contains(&"CARGO_MANIFEST_DIR"), "{env}");
+    assert!(names.contains(&passed), "{env}");
+    assert!(!names.contains(&kept), "{env}");
     for name in &names {
         assert!(
             noetic_platform_unix::DEFAULT_ENV.contains(name)
-                || ["GIVEN", "CARGO_PKG_NAME", "PWD", "SHLVL", "_", "OLDPWD"].contains(name),
+                || ["GIVEN", passed, "PWD", "SHLVL", "_", "OLDPWD"].contains(name),
             "{name} leaked into the command's environment"
         );
     }
