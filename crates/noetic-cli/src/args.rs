@@ -26,8 +26,14 @@ options:
   --idle-timeout-ms N       the stream idle watchdog (default 120000)
   --events jsonl            print every stream event as one JSON object per line instead of the text
   --output json             (run) print the turn's response as one JSON object at the end
-  --allow-fs                enable the read_file, write_file and list_dir tools
-  --allow-shell             enable the shell tool
+  --allow-fs DIR            enable the read_file, write_file and list_dir tools, confined to DIR
+                            (relative paths resolve against DIR; absolute paths and symlinks only
+                            when they stay inside it)
+  --allow-shell             enable the shell tool (needs --allow-fs DIR): `sh -c` with cwd DIR, its
+                            own process group, an allow-listed environment (no API keys)
+  --shell-timeout-ms N      how long a shell command may run before its process group is killed
+                            (default 30000)
+  --shell-env NAME          pass the variable NAME on to shell commands too (repeatable)
   --storage sqlite:PATH     (run, resume, chat) record durably in a SQLite file: `run` prints
                             `execution: ID` on stderr before the first model request; `chat` keeps
                             its --thread across restarts, first finishing a turn a crash cut
@@ -76,8 +82,13 @@ pub(crate) struct Options {
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) events_jsonl: bool,
     pub(crate) output_json: bool,
-    pub(crate) allow_fs: bool,
+    /// `--allow-fs DIR`: the directory the fs tools (and the shell's cwd) are confined to.
+    pub(crate) allow_fs: Option<std::path::PathBuf>,
     pub(crate) allow_shell: bool,
+    /// `--shell-timeout-ms N`.
+    pub(crate) shell_timeout: Option<Duration>,
+    /// `--shell-env NAME`, each time given.
+    pub(crate) shell_env: Vec<String>,
     /// `--storage sqlite:PATH`: the SQLite file of a durable run.
     pub(crate) storage: Option<std::path::PathBuf>,
     pub(crate) lease_ttl: Option<Duration>,
@@ -137,8 +148,31 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                 "json" => options.output_json = true,
                 other => return Err(format!("--output supports `json`, not `{other}`")),
             },
-            "--allow-fs" => options.allow_fs = true,
+            "--allow-fs" => {
+                let dir = value("--allow-fs")?;
+                if dir.is_empty() || dir.starts_with("--") {
+                    return Err(format!("--allow-fs needs a directory, not `{dir}`"));
+                }
+                options.allow_fs = Some(dir.into());
+            }
             "--allow-shell" => options.allow_shell = true,
+            "--shell-timeout-ms" => {
+                let raw = value("--shell-timeout-ms")?;
+                let millis: u64 = raw.parse().map_err(|_| {
+                    format!("--shell-timeout-ms must be a whole number, not `{raw}`")
+                })?;
+                if millis == 0 {
+                    return Err("--shell-timeout-ms must be at least 1".to_owned());
+                }
+                options.shell_timeout = Some(Duration::from_millis(millis));
+            }
+            "--shell-env" => {
+                let name = value("--shell-env")?;
+                if name.is_empty() || name.contains('=') || name.starts_with("--") {
+                    return Err(format!("--shell-env needs a variable name, not `{name}`"));
+                }
+                options.shell_env.push(name);
+            }
             "--jsonl" => jsonl = true,
             "--storage" => {
                 let raw = value("--storage")?;
@@ -168,6 +202,12 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
             flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
             _ => positional.push(arg.clone()),
         }
+    }
+    if options.allow_shell && options.allow_fs.is_none() {
+        return Err("--allow-shell needs --allow-fs DIR (the shell runs in DIR)".to_owned());
+    }
+    if !options.allow_shell && (options.shell_timeout.is_some() || !options.shell_env.is_empty()) {
+        return Err("--shell-timeout-ms and --shell-env need --allow-shell".to_owned());
     }
     let mut positional = positional.into_iter();
     let command = match positional.next().as_deref() {

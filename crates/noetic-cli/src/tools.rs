@@ -1,12 +1,20 @@
 //! The built-in tools a workflow can name: `echo` and `now` always; `read_file`, `write_file` and
-//! `list_dir` with `--allow-fs`; `shell` with `--allow-shell`.
+//! `list_dir` with `--allow-fs DIR`; `shell` with `--allow-shell`.
+//!
+//! The fs and shell tools reach the machine only through the harness's adapters
+//! (`ctx.runtime().fs()` / `.shell()`: a `LocalFs` rooted at DIR and a `LocalShell` with cwd DIR,
+//! see `workflow.rs`), so a path outside DIR is refused by the kernel-backed resolution, not by a
+//! check here. A refused path or a timed-out command is the tool's error: the model sees it and the
+//! run goes on.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use noetic_core::adapter::{EntryKind, FsError, ShellCommand, ShellStatus};
 use noetic_core::{Tool, ToolContext, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
-
 #[derive(Deserialize, JsonSchema)]
 struct EchoArgs {
     /// The text to return.
@@ -32,17 +40,32 @@ struct WriteArgs {
 
 #[derive(Deserialize, JsonSchema)]
 struct ShellArgs {
-    /// A command for `sh -c`.
+    /// A command for `sh -c`, run in the allowed directory.
     command: String,
 }
 
-/// How long a `shell` command may run.
-const SHELL_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most a file read returns, so a huge file cannot flood the model's context.
-const MAX_READ_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_READ_BYTES: usize = 256 * 1024;
 
-/// The tools enabled by the options.
-pub(crate) fn builtins(allow_fs: bool, allow_shell: bool) -> Vec<Tool> {
+/// A path as the model gave it, for the fs rooted at `root`: relative paths resolve against the
+/// root; an absolute path inside the root becomes relative to it; any other absolute path is passed
+/// on as it is, for the fs to refuse.
+fn in_root(root: &Path, path: &str) -> String {
+    match Path::new(path).strip_prefix(root) {
+        Ok(rest) if rest.as_os_str().is_empty() => ".".to_owned(),
+        Ok(rest) => rest.to_string_lossy().into_owned(),
+        Err(_) => path.to_owned(),
+    }
+}
+
+/// An fs error as the model sees it: the message and its stable code.
+fn fs_error(error: FsError) -> ToolError {
+    ToolError::new(format!("{error} [{}]", error.code()))
+}
+
+/// The tools enabled by the options: the fs tools when `fs_root` (the canonical `--allow-fs` DIR)
+/// is given, the shell tool when `shell`.
+pub(crate) fn builtins(fs_root: Option<&Path>, shell: bool) -> Vec<Tool> {
     let mut tools = vec![
         Tool::new(
             "echo",
@@ -55,73 +78,97 @@ pub(crate) fn builtins(allow_fs: bool, allow_shell: bool) -> Vec<Tool> {
             |_: NoArgs, _ctx: ToolContext| async move { Ok::<_, ToolError>(rfc3339_now()) },
         ),
     ];
-    if allow_fs {
+    if let Some(root) = fs_root {
+        let root: Arc<PathBuf> = Arc::new(root.to_owned());
+        let at = root.clone();
         tools.push(Tool::new(
             "read_file",
-            "Reads a UTF-8 text file",
-            |args: PathArgs, _ctx: ToolContext| async move {
-                let text = tokio::fs::read_to_string(&args.path).await?;
-                Ok::<_, ToolError>(text.chars().take(MAX_READ_BYTES).collect::<String>())
+            "Reads a UTF-8 text file in the allowed directory",
+            move |args: PathArgs, call: ToolContext| {
+                let path = in_root(&at, &args.path);
+                async move {
+                    let fs = call.ctx.runtime().fs();
+                    let read = fs.read(&path, MAX_READ_BYTES).await.map_err(fs_error)?;
+                    let mut text = String::from_utf8_lossy(&read.bytes).into_owned();
+                    if read.truncated {
+                        text.push_str(&format!("\n[truncated at {MAX_READ_BYTES} bytes]"));
+                    }
+                    Ok::<_, ToolError>(text)
+                }
             },
         ));
+        let at = root.clone();
         tools.push(Tool::new(
             "write_file",
-            "Writes a UTF-8 text file",
-            |args: WriteArgs, _ctx: ToolContext| async move {
-                tokio::fs::write(&args.path, args.content.as_bytes()).await?;
-                Ok::<_, ToolError>(format!(
-                    "wrote {} bytes to {}",
-                    args.content.len(),
-                    args.path
-                ))
+            "Writes a UTF-8 text file in the allowed directory",
+            move |args: WriteArgs, call: ToolContext| {
+                let path = in_root(&at, &args.path);
+                async move {
+                    let fs = call.ctx.runtime().fs();
+                    fs.write(&path, args.content.as_bytes())
+                        .await
+                        .map_err(fs_error)?;
+                    Ok::<_, ToolError>(format!(
+                        "wrote {} bytes to {}",
+                        args.content.len(),
+                        args.path
+                    ))
+                }
             },
         ));
+        let at = root;
         tools.push(Tool::new(
             "list_dir",
-            "Lists a directory",
-            |args: PathArgs, _ctx: ToolContext| async move {
-                let mut entries = tokio::fs::read_dir(&args.path).await?;
-                let mut names = Vec::new();
-                while let Some(entry) = entries.next_entry().await? {
-                    let suffix = if entry.file_type().await?.is_dir() {
-                        "/"
-                    } else {
-                        ""
-                    };
-                    names.push(format!("{}{suffix}", entry.file_name().to_string_lossy()));
+            "Lists a directory in the allowed directory",
+            move |args: PathArgs, call: ToolContext| {
+                let path = in_root(&at, &args.path);
+                async move {
+                    let fs = call.ctx.runtime().fs();
+                    let entries = fs.list(&path).await.map_err(fs_error)?;
+                    let mut names: Vec<String> = entries
+                        .into_iter()
+                        .map(|entry| match entry.kind {
+                            EntryKind::Dir => format!("{}/", entry.name),
+                            _ => entry.name,
+                        })
+                        .collect();
+                    names.sort();
+                    Ok::<_, ToolError>(names.join("\n"))
                 }
-                names.sort();
-                Ok::<_, ToolError>(names.join("\n"))
             },
         ));
     }
-    if allow_shell {
+    if shell {
         tools.push(Tool::new(
             "shell",
-            "Runs a shell command (sh -c) and returns its output",
-            |args: ShellArgs, _ctx: ToolContext| async move {
-                let child = tokio::process::Command::new("sh")
-                    .arg("-c")
-                    .arg(&args.command)
-                    .kill_on_drop(true)
-                    .output();
-                let output = tokio::time::timeout(SHELL_TIMEOUT, child)
+            "Runs a shell command (sh -c) in the allowed directory and returns its output",
+            |args: ShellArgs, call: ToolContext| async move {
+                let shell = call.ctx.runtime().shell();
+                let output = shell
+                    .run(ShellCommand::new(args.command))
                     .await
-                    .map_err(|_| {
-                        ToolError::new(format!(
-                            "command timed out after {}s",
-                            SHELL_TIMEOUT.as_secs()
-                        ))
-                    })??;
-                Ok::<_, ToolError>(format!(
-                    "exit status: {}\nstdout:\n{}\nstderr:\n{}",
-                    output
-                        .status
-                        .code()
-                        .map_or_else(|| "killed".to_owned(), |code| code.to_string()),
+                    .map_err(|error| ToolError::new(format!("{error} [{}]", error.code())))?;
+                let text = format!(
+                    "{}\nstdout:\n{}{}\nstderr:\n{}{}",
+                    output.status,
                     String::from_utf8_lossy(&output.stdout),
-                    String::from_utf8_lossy(&output.stderr)
-                ))
+                    if output.stdout_truncated {
+                        "\n[stdout truncated]"
+                    } else {
+                        ""
+                    },
+                    String::from_utf8_lossy(&output.stderr),
+                    if output.stderr_truncated {
+                        "\n[stderr truncated]"
+                    } else {
+                        ""
+                    },
+                );
+                match output.status {
+                    // The model sees the error, with what the command printed before it was killed.
+                    ShellStatus::TimedOut(_) => Err(ToolError::new(format!("command {text}"))),
+                    _ => Ok::<_, ToolError>(text),
+                }
             },
         ));
     }
@@ -169,6 +216,17 @@ mod tests {
     }
 
     #[test]
+    fn absolute_paths_inside_the_root_become_relative_and_others_are_left_to_be_refused() {
+        let root = Path::new("/srv/work");
+        assert_eq!(in_root(root, "notes/a.txt"), "notes/a.txt");
+        assert_eq!(in_root(root, "/srv/work/notes/a.txt"), "notes/a.txt");
+        assert_eq!(in_root(root, "/srv/work"), ".");
+        assert_eq!(in_root(root, "/srv/workshop/a.txt"), "/srv/workshop/a.txt");
+        assert_eq!(in_root(root, "/etc/passwd"), "/etc/passwd");
+        assert_eq!(in_root(root, "../x"), "../x");
+    }
+
+    #[test]
     fn fs_and_shell_tools_are_off_unless_enabled() {
         let names = |tools: Vec<Tool>| {
             tools
@@ -176,9 +234,9 @@ mod tests {
                 .map(|tool| tool.name().to_owned())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(names(builtins(false, false)), ["echo", "now"]);
+        assert_eq!(names(builtins(None, false)), ["echo", "now"]);
         assert_eq!(
-            names(builtins(true, true)),
+            names(builtins(Some(Path::new("/work")), true)),
             [
                 "echo",
                 "now",

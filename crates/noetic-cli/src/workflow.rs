@@ -1,7 +1,10 @@
 //! Loading a workflow file into a harness, and `noetic validate`.
 
 use noetic_core::workflow::{HydrateOptions, WorkflowDocument, WorkflowRegistry};
-use noetic_core::{AgentHarness, CallModelDefaults, Error};
+use std::path::{Path, PathBuf};
+
+use noetic_core::{AgentHarness, CallModelDefaults, Environment, Error};
+use noetic_platform_unix::{LocalFs, LocalShell};
 use serde_json::Value;
 
 use crate::Failure;
@@ -26,10 +29,36 @@ pub(crate) fn read(flow: &str) -> Result<WorkflowDocument, Failure> {
     WorkflowDocument::from_json(&text).map_err(|error| invalid(flow, &error))
 }
 
-fn registry(options: &Options) -> WorkflowRegistry {
-    builtins(options.allow_fs, options.allow_shell)
+fn registry(fs_root: Option<&Path>, shell: bool) -> WorkflowRegistry {
+    builtins(fs_root, shell)
         .into_iter()
         .fold(WorkflowRegistry::new(), WorkflowRegistry::tool)
+}
+
+/// What the fs and shell tools reach: with `--allow-fs DIR`, a [`LocalFs`] rooted at DIR (the
+/// canonical path returned with it) and, with `--allow-shell`, a [`LocalShell`] with cwd DIR, the
+/// `--shell-timeout-ms` timeout and an allow-listed environment plus `--shell-env` names. Without
+/// `--allow-fs`, the sandboxed defaults (no fs tools are registered then).
+fn environment(options: &Options) -> Result<(Environment, Option<PathBuf>), Failure> {
+    let Some(dir) = &options.allow_fs else {
+        return Ok((Environment::new(), None));
+    };
+    let fs = LocalFs::rooted(dir)
+        .map_err(|error| Failure::Usage(format!("--allow-fs {}: {error}", dir.display())))?;
+    let root = fs.root().to_owned();
+    let mut environment = Environment::new();
+    if options.allow_shell {
+        let mut shell = LocalShell::new(&fs).timeout(
+            options
+                .shell_timeout
+                .unwrap_or(noetic_platform_unix::DEFAULT_TIMEOUT),
+        );
+        for name in &options.shell_env {
+            shell = shell.pass_env(name.clone());
+        }
+        environment = environment.shell(shell);
+    }
+    Ok((environment.fs(fs), Some(root)))
 }
 
 /// The model given to nodes that name none while only validating.
@@ -59,7 +88,8 @@ pub(crate) async fn setup_document(
     options: &Options,
     durable: Option<noetic_storage_sqlite::SqliteStorage>,
 ) -> Result<Setup, Failure> {
-    let registry = registry(options);
+    let (environment, fs_root) = environment(options)?;
+    let registry = registry(fs_root.as_deref(), options.allow_shell);
     // Validate before choosing the provider: an invalid workflow must not start the demo model or
     // touch the network. The placeholder model lets nodes without one hydrate; the real default is
     // only known once the provider is chosen.
@@ -83,7 +113,8 @@ pub(crate) async fn setup_document(
             .agent_graph(graph)
             .provider(name, provider)
             .call_model_defaults(defaults)
-            .workflow_registry(registry);
+            .workflow_registry(registry)
+            .environment(environment);
     if let Some(store) = durable {
         builder = builder.durable(store);
     }
@@ -98,11 +129,7 @@ pub(crate) async fn setup_document(
 pub(crate) fn validate(flow: &str) -> Result<(), Failure> {
     let document = read(flow)?;
     // Validation does not need a real model: a placeholder lets nodes without one hydrate.
-    let every_tool = registry(&Options {
-        allow_fs: true,
-        allow_shell: true,
-        ..Options::default()
-    });
+    let every_tool = registry(Some(Path::new("/")), true);
     hydrate_with(&document, &every_tool, Some(PLACEHOLDER_MODEL.to_owned()))
         .map_err(|error| invalid(flow, &error))?;
     let mut tree = String::new();

@@ -413,11 +413,12 @@ async fn a_run_killed_mid_tool_runs_that_tool_call_again_on_resume_and_no_other(
     );
     let db = dir.path().join("run.db");
     let db = db.to_str().unwrap().to_owned();
+    let fs_dir = dir.path().to_str().unwrap().to_owned();
     let (id, child) = start_run(
         &server,
         &flow,
         &db,
-        &[&["--allow-shell"][..], &TTL].concat(),
+        &[&["--allow-fs", &fs_dir, "--allow-shell"][..], &TTL].concat(),
     )
     .await;
     // Block until the shell command has started (opening a FIFO for reading waits for its writer).
@@ -451,7 +452,8 @@ async fn a_run_killed_mid_tool_runs_that_tool_call_again_on_resume_and_no_other(
         let _ = std::fs::read_to_string(started_path);
         std::fs::write(release_path, "go\n")
     });
-    let finished = resume_after_the_lease(&server, &db, &id, &["--allow-shell"]).await;
+    let finished =
+        resume_after_the_lease(&server, &db, &id, &["--allow-fs", &fs_dir, "--allow-shell"]).await;
     finished.assert_code(0);
     unblock.await.unwrap().unwrap();
     assert_eq!(finished.json_lines().pop().unwrap()["text"], "the answer");

@@ -215,7 +215,9 @@ async fn a_steer_sent_mid_tool_survives_sigkill_and_the_resumed_turn_applies_it(
     let db = dir.path().join("chat.db");
     let db = db.to_str().unwrap().to_owned();
 
-    let mut chat = LiveChat::start(chat_args(&flow, &db, &server, &["--allow-shell"]));
+    let fs_dir = dir.path().to_str().unwrap().to_owned();
+    let shell_flags = ["--allow-fs", fs_dir.as_str(), "--allow-shell"];
+    let mut chat = LiveChat::start(chat_args(&flow, &db, &server, &shell_flags));
     chat.send("look it up").await;
     let started_path = started.clone();
     let line = tokio::time::timeout(
@@ -246,12 +248,8 @@ async fn a_steer_sent_mid_tool_survives_sigkill_and_the_resumed_turn_applies_it(
         std::fs::write(release_path, "go\n")
     });
     server.push(text_reply("brief: looked up"));
-    let finished = chat_after_the_lease(
-        &server,
-        chat_args(&flow, &db, &server, &["--allow-shell"]),
-        "",
-    )
-    .await;
+    let finished =
+        chat_after_the_lease(&server, chat_args(&flow, &db, &server, &shell_flags), "").await;
     finished.assert_code(0);
     assert!(finished.stdout.contains("brief: looked up"), "{finished:?}");
     tokio::time::timeout(CHILD_TIMEOUT, unblock)

@@ -13,6 +13,7 @@ mod examples;
 mod invalid;
 mod run;
 mod signals;
+mod tools;
 
 use std::path::PathBuf;
 use std::process::Stdio;
