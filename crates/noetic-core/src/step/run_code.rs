@@ -182,6 +182,12 @@ impl<I, O> RunCodeBuilder<I, O> {
         self
     }
 
+    /// [`RunCodeBuilder::subprocess`] with an adapter already shared (a workflow registry's).
+    pub(crate) fn subprocess_shared(mut self, adapter: Arc<dyn SubprocessAdapter>) -> Self {
+        self.subprocess = Some(adapter);
+        self
+    }
+
     /// The finished step.
     pub fn build(self) -> Step<I, O> {
         Step::from_node(StepNode {

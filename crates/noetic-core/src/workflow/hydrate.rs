@@ -302,12 +302,21 @@ impl Hydrator {
     }
 
     fn run_code(&self, node: &RunCodeNode, path: &str) -> Result<WorkflowStep> {
-        if node.subprocess.is_some() {
-            return Err(invalid(
-                join(path, "subprocess"),
-                "subprocess adapters are not available yet",
-            ));
-        }
+        let subprocess = match &node.subprocess {
+            Some(name) => match self.registry.subprocess_adapter(name) {
+                Some(adapter) => Some(adapter.clone()),
+                None => {
+                    return Err(invalid(
+                        join(path, "subprocess"),
+                        format!(
+                            "unknown subprocess adapter `{name}` ({})",
+                            known(self.registry.subprocess_names())
+                        ),
+                    ));
+                }
+            },
+            None => None,
+        };
         let Some(factory) = self.registry.code_factory(&node.execute) else {
             return Err(invalid(
                 join(path, "execute"),
@@ -336,7 +345,7 @@ impl Hydrator {
             }
             None => None,
         };
-        Ok(factory(node.id.clone(), retry))
+        Ok(factory(node.id.clone(), retry, subprocess))
     }
 
     fn subflow(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::document::WorkflowDocument;
+use crate::adapter::SubprocessAdapter;
 use crate::context::Context;
 use crate::error::BoxError;
 use crate::layer::ContextLayer;
@@ -16,8 +17,13 @@ use crate::step::{RetryPolicy, Step, run_code};
 use crate::tool::Tool;
 
 /// Makes a `run_code` step with the given id and retry policy from a registered code body.
-pub(crate) type CodeFactory =
-    dyn Fn(String, Option<RetryPolicy>) -> Step<serde_json::Value, serde_json::Value> + Send + Sync;
+pub(crate) type CodeFactory = dyn Fn(
+        String,
+        Option<RetryPolicy>,
+        Option<Arc<dyn SubprocessAdapter>>,
+    ) -> Step<serde_json::Value, serde_json::Value>
+    + Send
+    + Sync;
 
 /// The names a workflow document may use, and what they resolve to.
 ///
@@ -46,6 +52,7 @@ pub struct WorkflowRegistry {
     code: BTreeMap<String, Arc<CodeFactory>>,
     layers: BTreeMap<String, Arc<dyn ContextLayer>>,
     documents: BTreeMap<String, Arc<WorkflowDocument>>,
+    subprocesses: BTreeMap<String, Arc<dyn SubprocessAdapter>>,
     options: HydrateOptions,
 }
 
@@ -105,13 +112,18 @@ impl WorkflowRegistry {
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
         let body = Arc::new(body);
-        let factory = move |id: String, retry: Option<RetryPolicy>| {
+        let factory = move |id: String,
+                            retry: Option<RetryPolicy>,
+                            subprocess: Option<Arc<dyn SubprocessAdapter>>| {
             let body = body.clone();
-            let builder = run_code(id, move |input: I, ctx: Context| body(input, ctx));
-            let step: Step<I, O> = match retry {
-                Some(policy) => builder.retry(policy).build(),
-                None => builder.build(),
-            };
+            let mut builder = run_code(id, move |input: I, ctx: Context| body(input, ctx));
+            if let Some(policy) = retry {
+                builder = builder.retry(policy);
+            }
+            if let Some(adapter) = subprocess {
+                builder = builder.subprocess_shared(adapter);
+            }
+            let step: Step<I, O> = builder.build();
             Step::from_arc(step.node)
         };
         self.code.insert(name.into(), Arc::new(factory));
@@ -121,6 +133,14 @@ impl WorkflowRegistry {
     /// Registers a context layer under `name` (for `spawn.layers` and `withContext.layers`).
     pub fn layer(mut self, name: impl Into<String>, layer: Arc<dyn ContextLayer>) -> Self {
         self.layers.insert(name.into(), layer);
+        self
+    }
+
+    /// Registers a subprocess adapter under `name` (for `runCode.subprocess`): such a step runs
+    /// through `adapter` instead of the runtime's (out of process when the adapter says so for the
+    /// node's id, as a `LocalSubprocess` does for the ids of its `StepRegistry`).
+    pub fn subprocess(mut self, name: impl Into<String>, adapter: impl SubprocessAdapter) -> Self {
+        self.subprocesses.insert(name.into(), Arc::new(adapter));
         self
     }
 
@@ -194,6 +214,14 @@ impl WorkflowRegistry {
         self.layers.keys().map(String::as_str)
     }
 
+    pub(crate) fn subprocess_adapter(&self, name: &str) -> Option<&Arc<dyn SubprocessAdapter>> {
+        self.subprocesses.get(name)
+    }
+
+    pub(crate) fn subprocess_names(&self) -> impl Iterator<Item = &str> {
+        self.subprocesses.keys().map(String::as_str)
+    }
+
     pub(crate) fn document_names(&self) -> impl Iterator<Item = &str> {
         self.documents.keys().map(String::as_str)
     }
@@ -206,6 +234,10 @@ impl fmt::Debug for WorkflowRegistry {
             .field("code", &self.code.keys().collect::<Vec<_>>())
             .field("layers", &self.layers.keys().collect::<Vec<_>>())
             .field("documents", &self.documents.keys().collect::<Vec<_>>())
+            .field(
+                "subprocesses",
+                &self.subprocesses.keys().collect::<Vec<_>>(),
+            )
             .field("options", &self.options)
             .finish()
     }

@@ -333,7 +333,7 @@ fn missing_model_is_reported_at_hydration() {
 }
 
 #[test]
-fn unsupported_features_are_refused() {
+fn unsupported_features_and_unknown_subprocess_adapters_are_refused() {
     let codec = doc(json!({
         "kind": "callModel", "id": "ui", "instructions": "x",
         "output": { "codec": "openui", "library": "dashboard" }
@@ -344,7 +344,7 @@ fn unsupported_features_are_refused() {
     check(
         subprocess,
         "/root/subprocess",
-        "subprocess adapters are not available yet",
+        "unknown subprocess adapter `node` (none are registered)",
     );
 }
 

@@ -579,3 +579,40 @@ async fn a_corrupt_manifest_is_a_clear_error_and_stays_in_place() {
         "left in place"
     );
 }
+
+#[tokio::test]
+async fn a_workflow_run_code_naming_a_subprocess_adapter_runs_in_a_child() {
+    use noetic_core::workflow::{HydrateOptions, WorkflowDocument, WorkflowRegistry};
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The node's id is the registered step's: the child runs its own `child_work`.
+    let document = WorkflowDocument::from_json(
+        &json!({
+            "version": 1,
+            "root": {"kind": "runCode", "id": "child_work", "execute": "work", "subprocess": "local"}
+        })
+        .to_string(),
+    )
+    .expect("document");
+    let registry = WorkflowRegistry::new()
+        .code("work", |n: u64, _: Context| async move {
+            Ok::<_, Error>(json!({"pid": std::process::id(), "doubled": n * 2}))
+        })
+        .subprocess("local", adapter(dir.path()));
+    let step = document
+        .hydrate(&registry, &HydrateOptions::new())
+        .expect("hydrates");
+    let harness = AgentHarness::builder("host").build().expect("harness");
+    let ctx = harness.create_context(ContextOptions::new());
+    let output: Value = harness.run(&step, json!(21), &ctx).await.expect("runs");
+    assert_eq!(output["doubled"], 42);
+    assert_ne!(
+        output["pid"].as_u64(),
+        Some(u64::from(std::process::id())),
+        "ran in a child, not through the local code body"
+    );
+    assert_eq!(
+        ctx.tokens().input_tokens,
+        21,
+        "the child's charge came back"
+    );
+}
