@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::Error;
 use crate::Result;
@@ -37,6 +38,27 @@ pub(crate) async fn run(
 /// [`run`], with `route: false` running `node` itself in this process whatever its subprocess adapter
 /// says (a child process running the step it was sent; the steps inside are routed as usual).
 pub(crate) async fn run_routed(
+    ctx: &Context,
+    node: &Arc<StepNode>,
+    input: Value,
+    origin: Origin,
+    route: bool,
+) -> Result<Value> {
+    // A root run is an agent invocation (a session turn makes its own span, with the turn's id).
+    if ctx.parent().is_some() || matches!(origin, Origin::Turn(_)) {
+        return run_protocol(ctx, node, input, origin, route).await;
+    }
+    let span = crate::telemetry::agent_span(ctx.runtime().name(), ctx.thread_id(), ctx.id(), None);
+    let result = run_protocol(ctx, node, input, origin, route)
+        .instrument(span.clone())
+        .await;
+    if let Err(error) = &result {
+        crate::telemetry::record_error(&span, error);
+    }
+    result
+}
+
+async fn run_protocol(
     ctx: &Context,
     node: &Arc<StepNode>,
     input: Value,

@@ -44,6 +44,7 @@ mod steer;
 mod step;
 mod step_kind;
 mod sync;
+pub mod telemetry;
 mod tool;
 mod usage;
 pub mod workflow;
@@ -86,6 +87,7 @@ pub use step::{
     conditional, in_parallel, invoke_tool, loop_step, run_code, schedule, sequence, spawn,
     with_context,
 };
+pub use telemetry::create_span;
 pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
 pub use until::{Until, Verdict, all, any};
 pub use usage::{Spend, TokenUsage};

@@ -29,3 +29,47 @@ pub enum StepKind {
     /// [`crate::schedule`].
     Schedule,
 }
+
+impl StepKind {
+    /// The kind's name as events and spans spell it (`run_code`, `call_model`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::RunCode => "run_code",
+            StepKind::CallModel => "call_model",
+            StepKind::InvokeTool => "invoke_tool",
+            StepKind::Conditional => "conditional",
+            StepKind::InParallel => "in_parallel",
+            StepKind::Spawn => "spawn",
+            StepKind::WithContext => "with_context",
+            StepKind::Loop => "loop",
+            StepKind::Sequence => "sequence",
+            StepKind::Schedule => "schedule",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepKind;
+
+    #[test]
+    fn as_str_is_the_serde_name() {
+        for kind in [
+            StepKind::RunCode,
+            StepKind::CallModel,
+            StepKind::InvokeTool,
+            StepKind::Conditional,
+            StepKind::InParallel,
+            StepKind::Spawn,
+            StepKind::WithContext,
+            StepKind::Loop,
+            StepKind::Sequence,
+            StepKind::Schedule,
+        ] {
+            assert_eq!(
+                serde_json::to_value(kind).expect("serializes"),
+                serde_json::Value::from(kind.as_str())
+            );
+        }
+    }
+}

@@ -50,6 +50,11 @@ impl AgentHarness {
         let step = self
             .workflow_registry()
             .hydrate_with_tools(&document, self.tools())?;
-        ctx.run(&step, input).await
+        let span = crate::telemetry::workflow_span(step.id());
+        let result = tracing::Instrument::instrument(ctx.run(&step, input), span.clone()).await;
+        if let Err(error) = &result {
+            crate::telemetry::record_error(&span, error);
+        }
+        result
     }
 }

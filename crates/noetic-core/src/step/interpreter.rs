@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::{
     Origin, StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel,
@@ -42,7 +43,28 @@ pub(crate) fn execute_routed<'a>(
     ctx: &'a Context,
     route: bool,
 ) -> BoxFuture<'a, Result<Value>> {
-    Box::pin(async move {
+    let span = crate::telemetry::step_span(&node.id, node.kind().as_str());
+    let traced = span.clone();
+    Box::pin(
+        async move {
+            let result = execute_in_span(node, input, origin, ctx, route).await;
+            if let Err(error) = &result {
+                crate::telemetry::record_error(&traced, error);
+            }
+            result
+        }
+        .instrument(span),
+    )
+}
+
+async fn execute_in_span(
+    node: &Arc<StepNode>,
+    input: Value,
+    origin: Origin,
+    ctx: &Context,
+    route: bool,
+) -> Result<Value> {
+    {
         if ctx.depth() >= MAX_DEPTH {
             return Err(Error::StepFailed {
                 step_id: node.id.clone(),
@@ -126,7 +148,7 @@ pub(crate) fn execute_routed<'a>(
             .await;
         }
         Ok(output)
-    })
+    }
 }
 
 /// The adapter that runs step `id` out of process, if routing is on and one does.

@@ -6,6 +6,7 @@ mod start;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
+use tracing::Instrument;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -472,21 +473,32 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
     // The one run protocol (`exec`), then the turn's end closes its context (its layers complete,
     // children first); nothing was initialized when the protocol failed before running.
     let input = Value::String(text);
-    let mut result: Result<Value> = begun.map(|()| Value::Null);
-    let mut waits = 0;
-    while result.is_ok() {
-        result = crate::exec::run(&ctx, graph, input.clone(), Origin::Turn(inputs.clone())).await;
-        match &result {
-            // The thread is ours, but a dead holder's lease on the turn's execution outlives its
-            // thread lease by a moment: wait it out (bounded) rather than fail the turn.
-            Err(Error::LeaseHeld { expires_at_ms, .. }) if was_restored && waits < 3 => {
-                waits += 1;
-                let wait = expires_at_ms.saturating_sub(crate::checkpoint::now_ms()) + 1;
-                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-                result = Ok(Value::Null);
+    let span =
+        crate::telemetry::agent_span(runtime.name(), ctx.thread_id(), ctx.id(), Some(&turn_id));
+    let result: Result<Value> = async {
+        let mut result: Result<Value> = begun.map(|()| Value::Null);
+        let mut waits = 0;
+        while result.is_ok() {
+            result =
+                crate::exec::run(&ctx, graph, input.clone(), Origin::Turn(inputs.clone())).await;
+            match &result {
+                // The thread is ours, but a dead holder's lease on the turn's execution outlives its
+                // thread lease by a moment: wait it out (bounded) rather than fail the turn.
+                Err(Error::LeaseHeld { expires_at_ms, .. }) if was_restored && waits < 3 => {
+                    waits += 1;
+                    let wait = expires_at_ms.saturating_sub(crate::checkpoint::now_ms()) + 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    result = Ok(Value::Null);
+                }
+                _ => break,
             }
-            _ => break,
         }
+        result
+    }
+    .instrument(span.clone())
+    .await;
+    if let Err(error) = &result {
+        crate::telemetry::record_error(&span, error);
     }
     let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
     crate::layer::lifecycle::close(&ctx, outcome).await;

@@ -1,6 +1,7 @@
 //! One round: send the request, consume the stream under the idle watchdog, fold it into a response.
 
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -56,6 +57,19 @@ pub(super) async fn run_round(
     env: &RoundEnv<'_>,
     request: &ModelRequest<'_>,
 ) -> Result<RoundOutcome> {
+    let span = crate::telemetry::chat_span(env.provider_name, request.model, request.round);
+    let outcome = run_round_traced(env, request)
+        .instrument(span.clone())
+        .await;
+    match &outcome {
+        Ok(RoundOutcome::Finished(response)) => crate::telemetry::record_response(&span, response),
+        Ok(_) => {}
+        Err(error) => crate::telemetry::record_error(&span, error),
+    }
+    outcome
+}
+
+async fn run_round_traced(env: &RoundEnv<'_>, request: &ModelRequest<'_>) -> Result<RoundOutcome> {
     let RoundEnv {
         provider,
         provider_name,

@@ -1,6 +1,7 @@
 //! Running one round's function calls. No tool failure fails the step: each becomes the call's output.
 
 use std::panic::AssertUnwindSafe;
+use tracing::Instrument;
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt, TryStreamExt};
@@ -178,7 +179,12 @@ async fn start_call(
             },
         );
     }
-    Ok(run_call(call, tools, ctx).await)
+    let span = crate::telemetry::tool_span(&call.name, &call.call_id);
+    let outcome = run_call(call, tools, ctx).instrument(span.clone()).await;
+    if outcome.error {
+        crate::telemetry::record_tool_error(&span);
+    }
+    Ok(outcome)
 }
 
 async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> CallOutcome {

@@ -1,0 +1,218 @@
+//! Spans: what a run looks like to `tracing` (and, through `noetic-otel`, to OpenTelemetry).
+//!
+//! Core speaks `tracing` only. Span and attribute names follow the OpenTelemetry GenAI semantic
+//! conventions (`open-telemetry/semantic-conventions-genai`, the `gen-ai` spans and agent spans as of
+//! semantic conventions v1.38.0; the deprecated constants of `opentelemetry-semantic-conventions` are
+//! not used). The span tree:
+//!
+//! - `invoke_agent {harness}` — a root run (`AgentHarness::run`, `Context::run` on a root) or a
+//!   session turn: `gen_ai.operation.name = invoke_agent`, `gen_ai.agent.name`,
+//!   `gen_ai.conversation.id` (the thread), `noetic.execution.id`, `noetic.turn.id` (a turn);
+//! - `noetic.step` — every step: `noetic.step.id`, `noetic.step.kind`;
+//! - `chat {model}` — every model round, under its `call_model` step: `gen_ai.operation.name = chat`,
+//!   `gen_ai.provider.name` (the provider's registered name), `gen_ai.request.model`, then
+//!   `gen_ai.response.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`,
+//!   `gen_ai.usage.input_tokens` (the provider's total input, cached included),
+//!   `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens` (only when reported),
+//!   `noetic.round`, `noetic.cost`;
+//! - `execute_tool {tool}` — every tool call, under its round's step: `gen_ai.operation.name =
+//!   execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id`;
+//! - `workflow {root id}` — `parse_and_run_workflow`, around its run.
+//!
+//! A failed span gets `otel.status_code = ERROR`, `error.type` (the stable code) and the message as
+//! `otel.status_description`. Prompts, completions and tool arguments are never recorded (the
+//! conventions' content capture is opt-in; noetic has no opt-in yet). `otel.name` carries the dynamic
+//! span name (`chat gpt-4o`), as `tracing-opentelemetry` expects.
+
+use tracing::Span;
+
+use crate::error::Error;
+use crate::model::{ModelResponse, ResponseStatus};
+
+/// Attribute names (GenAI semantic conventions v1.38.0, plus noetic's own).
+pub mod attr {
+    /// `gen_ai.operation.name`: `chat`, `execute_tool`, `invoke_agent`.
+    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+    /// `gen_ai.provider.name`.
+    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
+    /// `gen_ai.request.model`.
+    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    /// `gen_ai.response.model`.
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    /// `gen_ai.response.id`.
+    pub const RESPONSE_ID: &str = "gen_ai.response.id";
+    /// `gen_ai.response.finish_reasons` (comma-separated: `tracing` fields have no arrays).
+    pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    /// `gen_ai.usage.input_tokens`: the provider's total input, cached tokens included.
+    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    /// `gen_ai.usage.output_tokens`.
+    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    /// `gen_ai.usage.cache_read.input_tokens`: only when the provider reported it.
+    pub const CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+    /// `gen_ai.tool.name`.
+    pub const TOOL_NAME: &str = "gen_ai.tool.name";
+    /// `gen_ai.tool.call.id`.
+    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    /// `gen_ai.agent.name`: the harness's name.
+    pub const AGENT_NAME: &str = "gen_ai.agent.name";
+    /// `gen_ai.conversation.id`: the session thread.
+    pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
+    /// `error.type`: the stable error code.
+    pub const ERROR_TYPE: &str = "error.type";
+    /// `noetic.execution.id`.
+    pub const EXECUTION_ID: &str = "noetic.execution.id";
+    /// `noetic.turn.id`.
+    pub const TURN_ID: &str = "noetic.turn.id";
+    /// `noetic.step.id`.
+    pub const STEP_ID: &str = "noetic.step.id";
+    /// `noetic.step.kind`.
+    pub const STEP_KIND: &str = "noetic.step.kind";
+    /// `noetic.round`: the round's number in its step.
+    pub const ROUND: &str = "noetic.round";
+    /// `noetic.cost`: the round's cost in USD, when reported.
+    pub const COST: &str = "noetic.cost";
+}
+
+/// A span for user code inside a step or a tool, parented to the current step (or tool call):
+/// `noetic.user` named `name`.
+///
+/// ```
+/// let span = noetic_core::create_span("rank results");
+/// let _entered = span.enter();
+/// ```
+pub fn create_span(name: &str) -> Span {
+    tracing::info_span!("noetic.user", otel.name = name)
+}
+
+/// The span of a root run or a session turn.
+pub(crate) fn agent_span(
+    agent: &str,
+    thread: Option<&str>,
+    execution_id: &str,
+    turn_id: Option<&str>,
+) -> Span {
+    tracing::info_span!(
+        "invoke_agent",
+        otel.name = format_args!("invoke_agent {agent}"),
+        otel.kind = "internal",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = agent,
+        gen_ai.conversation.id = thread,
+        noetic.execution.id = execution_id,
+        noetic.turn.id = turn_id,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// The span of one step.
+pub(crate) fn step_span(id: &str, kind: &str) -> Span {
+    tracing::info_span!(
+        "noetic.step",
+        otel.name = format_args!("step {id}"),
+        noetic.step.id = id,
+        noetic.step.kind = kind,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// The span of one model round.
+pub(crate) fn chat_span(provider: &str, model: &str, round: u32) -> Span {
+    tracing::info_span!(
+        "chat",
+        otel.name = format_args!("chat {model}"),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider,
+        gen_ai.request.model = model,
+        noetic.round = round,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.response.id = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+        noetic.cost = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// The span of one tool call.
+pub(crate) fn tool_span(name: &str, call_id: &str) -> Span {
+    tracing::info_span!(
+        "execute_tool",
+        otel.name = format_args!("execute_tool {name}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = name,
+        gen_ai.tool.call.id = call_id,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// The span of a workflow run.
+pub(crate) fn workflow_span(root_id: &str) -> Span {
+    tracing::info_span!(
+        "noetic.workflow",
+        otel.name = format_args!("workflow {root_id}"),
+        noetic.step.id = root_id,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// Marks `span` failed with `error`'s code and message.
+pub(crate) fn record_error(span: &Span, error: &Error) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("otel.status_code", "ERROR");
+    span.record("error.type", error.code());
+    span.record("otel.status_description", tracing::field::display(error));
+}
+
+/// Marks a tool call's span failed: a tool's error is its output to the model, not an [`Error`].
+pub(crate) fn record_tool_error(span: &Span) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("otel.status_code", "ERROR");
+    span.record("error.type", "TOOL_ERROR");
+}
+
+/// Records what a finished round's response says of itself.
+pub(crate) fn record_response(span: &Span, response: &ModelResponse) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(model) = &response.model {
+        span.record("gen_ai.response.model", model.as_str());
+    }
+    if let Some(id) = &response.id {
+        span.record("gen_ai.response.id", id.as_str());
+    }
+    let reason = match response.status {
+        ResponseStatus::Completed if response.function_calls().next().is_some() => "tool_calls",
+        ResponseStatus::Completed => "stop",
+        ResponseStatus::Incomplete => response.incomplete_reason.as_deref().unwrap_or("length"),
+        _ => "error",
+    };
+    span.record("gen_ai.response.finish_reasons", reason);
+    if let Some(usage) = &response.usage {
+        span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+        span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+        if let Some(cached) = usage.cached_tokens {
+            span.record("gen_ai.usage.cache_read.input_tokens", cached);
+        }
+    }
+    if let Some(cost) = response.cost {
+        span.record("noetic.cost", cost);
+    }
+}
