@@ -183,3 +183,38 @@ fn the_subprocess_example_runs_a_step_in_a_child_and_rejoins_a_detached_one_afte
         "{stdout}"
     );
 }
+
+#[test]
+fn the_otel_example_exports_the_span_tree_to_its_receiver() {
+    let output = example_command("otel")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line in {stdout}"))
+    };
+    // The tree, indented by depth: the turn, the loop, the model step, its two rounds and the tool.
+    let root = at("invoke_agent researcher");
+    assert!(at("  step researcher-loop") > root);
+    assert!(at("    step researcher-llm") > root);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.starts_with("      chat demo-model"))
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert!(at("      execute_tool search gen_ai.tool.name=search") > root);
+}

@@ -12,6 +12,9 @@
 //! Exit codes: 0 success; 2 usage error or invalid workflow (the message names the file and the JSON
 //! pointer); 1 runtime failure, printed as `error[CODE]: message`; 128 + N when `run` was stopped by
 //! signal N (143 for SIGTERM, 130 for SIGINT; see `--drain-ms`).
+//!
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, the command's
+//! spans are exported over OTLP/HTTP (`noetic-otel`) and flushed before it exits.
 
 mod args;
 mod chat;
@@ -56,6 +59,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // With an OTLP endpoint in the environment, every span of the command is exported, and flushed
+    // (bounded) before the process exits, whatever the outcome.
+    let otel = if noetic_otel::configured() {
+        match noetic_otel::init() {
+            Ok(guard) => Some(guard),
+            Err(error) => {
+                eprintln!("error[{}]: {error}", error.code());
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        None
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -85,6 +101,13 @@ fn main() -> ExitCode {
             args::Command::Spend => durable::spend(&options).await,
         }
     });
+    // Ends what still runs (its spans with it) before the last spans are exported.
+    drop(runtime);
+    if let Some(otel) = otel
+        && let Err(error) = otel.shutdown()
+    {
+        eprintln!("warning[{}]: {error}", error.code());
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Signal(signo)) => ExitCode::from(u8::try_from(128 + signo).unwrap_or(u8::MAX)),

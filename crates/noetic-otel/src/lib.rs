@@ -30,7 +30,10 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+
+/// The OTLP exporter type ([`exporter_from_env`], [`exporter_to`]).
+pub use opentelemetry_otlp::SpanExporter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -178,7 +181,7 @@ pub fn resource() -> Resource {
 /// # Errors
 /// [`OtelError::UnsupportedProtocol`] for a protocol other than `http/protobuf`;
 /// [`OtelError::Exporter`] when it cannot be built.
-pub fn exporter_from_env() -> Result<opentelemetry_otlp::SpanExporter, OtelError> {
+pub fn exporter_from_env() -> Result<SpanExporter, OtelError> {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
@@ -194,10 +197,24 @@ pub fn exporter_from_env() -> Result<opentelemetry_otlp::SpanExporter, OtelError
         .map_err(|error| OtelError::Exporter(error.to_string()))
 }
 
+/// The OTLP/HTTP (protobuf) exporter noetic-otel builds, posting to `traces_url` (the full
+/// `…/v1/traces` URL) whatever the environment says; headers and timeout still come from it.
+///
+/// # Errors
+/// [`OtelError::Exporter`] when it cannot be built.
+pub fn exporter_to(traces_url: &str) -> Result<SpanExporter, OtelError> {
+    opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(traces_url)
+        .build()
+        .map_err(|error| OtelError::Exporter(error.to_string()))
+}
+
 /// A `tracing` layer exporting to `exporter` in batches (on the SDK's own thread), with
 /// [`resource`]; compose it into your own subscriber.
 pub fn layer_with_exporter<S>(
-    exporter: impl SpanExporter + 'static,
+    exporter: impl opentelemetry_sdk::trace::SpanExporter + 'static,
 ) -> (
     tracing_opentelemetry::OpenTelemetryLayer<S, SdkTracer>,
     OtelGuard,

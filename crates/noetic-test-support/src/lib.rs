@@ -14,6 +14,7 @@
 mod durable;
 mod events;
 mod mock_server;
+mod otlp;
 mod paced;
 mod platform;
 mod scripted;
@@ -22,6 +23,7 @@ mod storage;
 pub use durable::durable_conformance;
 pub use events::EventLog;
 pub use mock_server::{MockReply, MockServer, RecordedHttpRequest};
+pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use paced::{PacedCall, PacedModel};
 pub use platform::{fs_conformance, shell_conformance};
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};

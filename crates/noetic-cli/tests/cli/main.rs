@@ -11,6 +11,7 @@ mod durable;
 mod durable_chat;
 mod examples;
 mod invalid;
+mod otel;
 mod run;
 mod signals;
 mod tools;
