@@ -20,9 +20,17 @@
 //! - `workflow {root id}` — `parse_and_run_workflow`, around its run.
 //!
 //! A failed span gets `otel.status_code = ERROR`, `error.type` (the stable code) and the message as
-//! `otel.status_description`. Prompts, completions and tool arguments are never recorded (the
-//! conventions' content capture is opt-in; noetic has no opt-in yet). `otel.name` carries the dynamic
-//! span name (`chat gpt-4o`), as `tracing-opentelemetry` expects.
+//! `otel.status_description`. `otel.name` carries the dynamic span name (`chat gpt-4o`), as
+//! `tracing-opentelemetry` expects.
+//!
+//! **Content capture is off by default** (the conventions' rule): prompts, completions and tool
+//! arguments are not recorded. Opt in with [`set_capture_content`] or the environment variable
+//! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`; each `chat` span then also has
+//! `gen_ai.system_instructions`, `gen_ai.input.messages` and `gen_ai.output.messages` (the items as
+//! JSON). Only content: API keys never reach a span either way.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use tracing::Span;
 
@@ -71,6 +79,37 @@ pub mod attr {
     pub const ROUND: &str = "noetic.round";
     /// `noetic.cost`: the round's cost in USD, when reported.
     pub const COST: &str = "noetic.cost";
+    /// `gen_ai.system_instructions` (content capture only).
+    pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
+    /// `gen_ai.input.messages` (content capture only).
+    pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    /// `gen_ai.output.messages` (content capture only).
+    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+}
+
+/// The variable that opts in to content capture (`true`), as GenAI instrumentations spell it.
+pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
+/// 0: not set (the environment decides), 1: off, 2: on.
+static CAPTURE: AtomicU8 = AtomicU8::new(0);
+
+/// Records prompts and completions on `chat` spans (`true`) or not (`false`, the default), for the
+/// whole process; overrides [`CAPTURE_CONTENT_ENV`].
+pub fn set_capture_content(capture: bool) {
+    CAPTURE.store(if capture { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Whether `chat` spans record content: [`set_capture_content`], else [`CAPTURE_CONTENT_ENV`].
+pub fn capture_content() -> bool {
+    static FROM_ENV: OnceLock<bool> = OnceLock::new();
+    match CAPTURE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => *FROM_ENV.get_or_init(|| {
+            std::env::var(CAPTURE_CONTENT_ENV)
+                .is_ok_and(|value| value.trim().eq_ignore_ascii_case("true"))
+        }),
+    }
 }
 
 /// A span for user code inside a step or a tool, parented to the current step (or tool call):
@@ -136,6 +175,9 @@ pub(crate) fn chat_span(provider: &str, model: &str, round: u32) -> Span {
         gen_ai.usage.output_tokens = tracing::field::Empty,
         gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
         noetic.cost = tracing::field::Empty,
+        gen_ai.system_instructions = tracing::field::Empty,
+        gen_ai.input.messages = tracing::field::Empty,
+        gen_ai.output.messages = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
         error.type = tracing::field::Empty,
@@ -166,6 +208,19 @@ pub(crate) fn workflow_span(root_id: &str) -> Span {
         otel.status_description = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
+}
+
+/// Records the request's content on a round's span, when content capture is on.
+pub(crate) fn record_request(span: &Span, request: &crate::model::ModelRequest<'_>) {
+    if span.is_disabled() || !capture_content() {
+        return;
+    }
+    if let Some(instructions) = request.instructions {
+        span.record("gen_ai.system_instructions", instructions);
+    }
+    if let Ok(input) = serde_json::to_string(request.input) {
+        span.record("gen_ai.input.messages", input.as_str());
+    }
 }
 
 /// Marks `span` failed with `error`'s code and message.
@@ -214,5 +269,10 @@ pub(crate) fn record_response(span: &Span, response: &ModelResponse) {
     }
     if let Some(cost) = response.cost {
         span.record("noetic.cost", cost);
+    }
+    if capture_content()
+        && let Ok(output) = serde_json::to_string(&response.items)
+    {
+        span.record("gen_ai.output.messages", output.as_str());
     }
 }

@@ -13,6 +13,9 @@
 //! - `idle` (one client): RSS before and after [`IDLE_TURNS`] turns one after another; for the
 //!   sessions client (one new thread per turn) the growth per turn is the memory per idle session.
 //!
+//! With `NOETIC_BENCH_OTLP=<traces URL>` the client exports every span there through `noetic-otel`
+//! (OTLP/HTTP, batch thread included in the CPU): run one by hand against any OTLP receiver.
+//!
 //! CPU is the whole process's (utime + stime from `/proc/self/stat`, 10 ms granularity, hence runs of
 //! at least about 1 s of CPU); every run happens on a multi-thread runtime with 2 workers.
 
@@ -57,6 +60,9 @@ impl Sample {
 }
 
 /// Runs the client role.
+/// The OTLP traces URL to export the client's spans to, when set.
+const OTLP_VAR: &str = "NOETIC_BENCH_OTLP";
+
 pub(crate) fn client_role() {
     let url = std::env::var(URL_VAR).unwrap_or_else(|_| panic!("{URL_VAR} is not set"));
     let mode = std::env::var(MODE_VAR).unwrap_or_else(|_| "cpu".to_owned());
@@ -68,6 +74,16 @@ pub(crate) fn client_role() {
     };
     let runs: usize = env_number(RUNS_VAR).unwrap_or(5).max(1);
     let turns = env_number(TURNS_VAR);
+    // With `NOETIC_BENCH_OTLP=<traces URL>`, every span is exported there over OTLP/HTTP (the
+    // exporter's batch thread counts in this process's CPU): the "OTLP export on" figure.
+    let _otel = std::env::var(OTLP_VAR).ok().map(|url| {
+        let exporter = noetic_otel::exporter_to(&url).expect("otlp exporter");
+        let (layer, guard) = noetic_otel::layer_with_exporter(exporter);
+        let subscriber =
+            tracing_subscriber::layer::SubscriberExt::with(tracing_subscriber::registry(), layer);
+        tracing::subscriber::set_global_default(subscriber).expect("subscriber");
+        guard
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

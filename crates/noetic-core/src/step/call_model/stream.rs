@@ -58,6 +58,7 @@ pub(super) async fn run_round(
     request: &ModelRequest<'_>,
 ) -> Result<RoundOutcome> {
     let span = crate::telemetry::chat_span(env.provider_name, request.model, request.round);
+    crate::telemetry::record_request(&span, request);
     let outcome = run_round_traced(env, request)
         .instrument(span.clone())
         .await;
