@@ -119,11 +119,32 @@ fn orchestrate() {
     let mut server_requests = 0;
     let mut client_requests = 0;
     let mut client_turns = 0;
-    let mut phases = vec![Phase {
-        name: "cpu",
-        vars: vec![(MODE_VAR, "cpu")],
-        timeout: CPU_CHILD_TIMEOUT,
-    }];
+    // The framework client once more, one turn at a time, exporting every span over OTLP/HTTP to a
+    // receiver in this (unmeasured) process: the cost of export on.
+    let receiver_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("receiver runtime");
+    let receiver = receiver_runtime.block_on(noetic_test_support::OtlpReceiver::start());
+    let traces: &'static str =
+        Box::leak(format!("{}/v1/traces", receiver.endpoint()).into_boxed_str());
+    let mut phases = vec![
+        Phase {
+            name: "cpu",
+            vars: vec![(MODE_VAR, "cpu")],
+            timeout: CPU_CHILD_TIMEOUT,
+        },
+        Phase {
+            name: "otlp",
+            vars: vec![
+                (MODE_VAR, "sequential"),
+                (CLIENT_VAR, "framework"),
+                (measure::OTLP_VAR, traces),
+            ],
+            timeout: CPU_CHILD_TIMEOUT,
+        },
+    ];
     for kind in Kind::ALL {
         phases.push(Phase {
             name: kind.name(),
@@ -180,6 +201,20 @@ fn orchestrate() {
     }
     drop(server);
     print_table(&records);
+    let off = number(find(&records, Kind::Framework, "sequential"), "cpu_us");
+    let on = find(&records, Kind::Framework, "sequential_otlp");
+    let spans = receiver.spans().len();
+    println!(
+        "- OTLP export on (framework, 1 at a time, every span posted over OTLP/HTTP to a receiver \
+         outside the client process): CPU µs/turn {:.0} (min {:.0}, max {:.0}) vs {off:.0} off, \
+         {:+.0} µs per turn; the receiver got {spans} spans.",
+        number(on, "cpu_us"),
+        number(on, "cpu_us_min"),
+        number(on, "cpu_us_max"),
+        number(on, "cpu_us") - off,
+    );
+    drop(receiver);
+    drop(receiver_runtime);
     println!(
         "- requests: the server saw {server_requests} requests for {client_turns} turns ({:.2} per turn; the \
          clients counted {client_requests}).",

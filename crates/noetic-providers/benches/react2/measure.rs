@@ -61,7 +61,7 @@ impl Sample {
 
 /// Runs the client role.
 /// The OTLP traces URL to export the client's spans to, when set.
-const OTLP_VAR: &str = "NOETIC_BENCH_OTLP";
+pub(crate) const OTLP_VAR: &str = "NOETIC_BENCH_OTLP";
 
 pub(crate) fn client_role() {
     let url = std::env::var(URL_VAR).unwrap_or_else(|_| panic!("{URL_VAR} is not set"));
@@ -209,6 +209,12 @@ fn report(kind: Kind, case: &str, samples: &mut [Sample], extra: &str) {
     samples.sort_by(|a, b| a.cpu_us().total_cmp(&b.cpu_us()));
     let median = &samples[samples.len() / 2];
     let (low, high) = (&samples[0], &samples[samples.len() - 1]);
+    // Runs exporting their spans are told apart from the others.
+    let case = if std::env::var_os(OTLP_VAR).is_some() {
+        format!("{case}_otlp")
+    } else {
+        case.to_owned()
+    };
     println!(
         "RESULT client={} case={case} turns={} runs={} cpu_us={:.1} cpu_us_min={:.1} cpu_us_max={:.1} \
          wall_us={:.1} cpu_s={:.2}{extra}",
