@@ -101,8 +101,10 @@ fn main() -> ExitCode {
             args::Command::Spend => durable::spend(&options).await,
         }
     });
-    // Ends what still runs (its spans with it) before the last spans are exported.
-    drop(runtime);
+    // Ends what still runs (its spans with it) before the last spans are exported. Bounded: a
+    // blocking stdin read (chat) cannot be cancelled and would otherwise hold the exit until a
+    // line arrives.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     if let Some(otel) = otel
         && let Err(error) = otel.shutdown()
     {

@@ -310,3 +310,36 @@ async fn sigterm_to_a_chat_with_a_drain_exits_143_with_its_report() {
     assert_eq!(drain["reason"], "settled", "{drain}");
     assert_eq!(server.completed_replies(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_stopped_by_sigterm_exits_143_while_its_stdin_is_still_open() {
+    let server = MockServer::start().await;
+    server.push(text_reply("hello back"));
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let mut child = noetic(args(&["chat", &flow], &mock_options(&server)))
+        .spawn()
+        .expect("the noetic binary starts");
+    // Held open (and never closed) for the whole test: the chat's stdin reader stays blocked in a
+    // read that cannot be cancelled.
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin.write_all(b"hi\n").await.expect("write");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if line.contains("hello back") {
+                return;
+            }
+        }
+        panic!("stdout ended before the answer");
+    })
+    .await
+    .expect("the turn answers");
+    send("-TERM", &child);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the chat exits without waiting for a stdin line")
+        .expect("wait");
+    assert_eq!(status.code(), Some(143));
+    drop(stdin);
+}
