@@ -17,15 +17,42 @@ use tracing_subscriber::layer::SubscriberExt;
 
 /// Spans exported while `run` runs, with this thread's default subscriber exporting them.
 async fn export<F: std::future::Future<Output = ()>>(run: F) -> Vec<SpanData> {
+    export_and_log(run).await.0
+}
+
+/// A `fmt` writer into a shared buffer: the `tracing` log output of a run.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// [`export`], plus everything a `fmt` layer at TRACE level (span events included) logged.
+async fn export_and_log<F: std::future::Future<Output = ()>>(run: F) -> (Vec<SpanData>, String) {
     let exporter = InMemorySpanExporter::default();
     let (layer, guard) = noetic_otel::layer_with_exporter(exporter.clone());
-    let subscriber = tracing_subscriber::registry().with(layer);
+    let log = LogBuffer::default();
+    let writer = log.clone();
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL);
+    let subscriber = tracing_subscriber::registry().with(layer).with(fmt);
     {
         let _default = tracing::subscriber::set_default(subscriber);
         run.await;
     }
     guard.flush().expect("flush");
-    exporter.get_finished_spans().expect("spans")
+    let text = String::from_utf8_lossy(&log.0.lock().expect("log")).into_owned();
+    (exporter.get_finished_spans().expect("spans"), text)
 }
 
 fn attr(span: &SpanData, key: &str) -> Option<String> {
@@ -245,7 +272,7 @@ async fn a_401_round_ends_its_span_with_provider_error_and_no_secret_is_exported
         .build()
         .expect("harness");
     let agent = call_model("ask").model("m-1").build();
-    let spans = export(async {
+    let (spans, log) = export_and_log(async {
         let ctx = harness.create_context(ContextOptions::new());
         let error = harness
             .run(&agent, "hi".to_owned(), &ctx)
@@ -270,7 +297,9 @@ async fn a_401_round_ends_its_span_with_provider_error_and_no_secret_is_exported
         assert!(matches!(span.status, Status::Error { .. }), "{name}");
         assert_eq!(attr(span, "error.type").as_deref(), Some("PROVIDER_ERROR"));
     }
-    // The key is nowhere: names, attributes, events, statuses.
+    // The key is nowhere: names, attributes, events, statuses, and the log output.
+    assert!(log.contains("chat"), "the fmt layer saw the spans: {log}");
+    assert!(!log.contains(KEY) && !log.contains("sk-otel"), "{log}");
     for span in &spans {
         let everything = format!(
             "{} {:?} {:?} {:?}",
