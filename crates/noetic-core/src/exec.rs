@@ -14,7 +14,6 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::Error;
 use crate::Result;
@@ -49,13 +48,7 @@ pub(crate) async fn run_routed(
         return run_protocol(ctx, node, input, origin, route).await;
     }
     let span = crate::telemetry::agent_span(ctx.runtime().name(), ctx.thread_id(), ctx.id(), None);
-    let result = run_protocol(ctx, node, input, origin, route)
-        .instrument(span.clone())
-        .await;
-    if let Err(error) = &result {
-        crate::telemetry::record_error(&span, error);
-    }
-    result
+    crate::telemetry::traced(span, run_protocol(ctx, node, input, origin, route)).await
 }
 
 async fn run_protocol(

@@ -32,7 +32,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use crate::error::Error;
 use crate::model::{ModelResponse, ResponseStatus};
@@ -221,6 +221,18 @@ pub(crate) fn record_request(span: &Span, request: &crate::model::ModelRequest<'
     if let Ok(input) = serde_json::to_string(request.input) {
         span.record("gen_ai.input.messages", input.as_str());
     }
+}
+
+/// Runs `work` inside `span` and marks the span failed when the work fails.
+pub(crate) async fn traced<T>(
+    span: Span,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let result = work.instrument(span.clone()).await;
+    if let Err(error) = &result {
+        record_error(&span, error);
+    }
+    result
 }
 
 /// Marks `span` failed with `error`'s code and message.

@@ -190,11 +190,7 @@ pub fn exporter_from_env() -> Result<SpanExporter, OtelError> {
         other => return Err(OtelError::UnsupportedProtocol(other.to_owned())),
     }
     // Endpoint, headers and timeout are read from the environment by the builder.
-    opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .build()
-        .map_err(|error| OtelError::Exporter(error.to_string()))
+    http_exporter(None)
 }
 
 /// The OTLP/HTTP (protobuf) exporter noetic-otel builds, posting to `traces_url` (the full
@@ -203,10 +199,19 @@ pub fn exporter_from_env() -> Result<SpanExporter, OtelError> {
 /// # Errors
 /// [`OtelError::Exporter`] when it cannot be built.
 pub fn exporter_to(traces_url: &str) -> Result<SpanExporter, OtelError> {
-    opentelemetry_otlp::SpanExporter::builder()
+    http_exporter(Some(traces_url))
+}
+
+/// The OTLP/HTTP protobuf exporter, posting to `traces_url` or where the environment says.
+fn http_exporter(traces_url: Option<&str>) -> Result<SpanExporter, OtelError> {
+    let builder = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .with_endpoint(traces_url)
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+    let builder = match traces_url {
+        Some(url) => builder.with_endpoint(url),
+        None => builder,
+    };
+    builder
         .build()
         .map_err(|error| OtelError::Exporter(error.to_string()))
 }

@@ -3,33 +3,9 @@
 
 use noetic_core::{AgentHarness, ContextOptions, call_model};
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
-use tracing_subscriber::layer::SubscriberExt;
+mod support;
 
-async fn export<F: std::future::Future<Output = ()>>(run: F) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let (layer, guard) = noetic_otel::layer_with_exporter(exporter.clone());
-    let subscriber = tracing_subscriber::registry().with(layer);
-    {
-        let _default = tracing::subscriber::set_default(subscriber);
-        run.await;
-    }
-    guard.flush().expect("flush");
-    exporter.get_finished_spans().expect("spans")
-}
-
-fn attr(span: &SpanData, key: &str) -> Option<String> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| kv.value.as_str().into_owned())
-}
-
-fn one<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
-    let found: Vec<&SpanData> = spans.iter().filter(|span| span.name == name).collect();
-    assert_eq!(found.len(), 1, "{name}");
-    found[0]
-}
+use support::{attr, export, one};
 
 #[tokio::test]
 async fn content_is_recorded_only_when_capture_is_opted_in() {

@@ -55,33 +55,13 @@ pub(crate) fn has_live_member(group: Pid) -> bool {
     live_members(group).is_none_or(|members| !members.is_empty())
 }
 
-/// Waits, at most [`GRACE`], until every live process of `group` is stopped (`stopped`) or none is
-/// (`!stopped`): a signal is delivered asynchronously, and a pause or resume returns once it took.
-pub(crate) async fn wait_stopped(group: Pid, stopped: bool) {
-    let deadline = tokio::time::Instant::now() + GRACE;
-    let mut pause = Duration::from_millis(1);
-    while let Some(members) = live_members(group) {
-        let is_stopped = |stat: &ProcStat| matches!(stat.state, 'T' | 't');
-        let done = if stopped {
-            members.iter().all(is_stopped)
-        } else {
-            !members.iter().any(is_stopped)
-        };
-        if done || tokio::time::Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// Waits, at most `grace`, until no live process is left in `group`. A killed process that its
-/// parent has not reaped yet (a zombie) counts as gone.
-pub(crate) async fn wait_gone(group: Pid, grace: Duration) -> bool {
+/// Polls `done` (1 ms, doubling to 20 ms between checks) until it holds or `grace` passes; whether
+/// it held. `/proc` has no change notification, so waits on processes poll.
+pub(crate) async fn poll_until(grace: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + grace;
     let mut pause = Duration::from_millis(1);
     loop {
-        if killpg(group, None).is_err() || !has_live_member(group) {
+        if done() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -90,4 +70,25 @@ pub(crate) async fn wait_gone(group: Pid, grace: Duration) -> bool {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
+}
+
+/// Waits, at most [`GRACE`], until every live process of `group` is stopped (`stopped`) or none is
+/// (`!stopped`): a signal is delivered asynchronously, and a pause or resume returns once it took.
+pub(crate) async fn wait_stopped(group: Pid, stopped: bool) {
+    let is_stopped = |stat: &ProcStat| matches!(stat.state, 'T' | 't');
+    poll_until(GRACE, || match live_members(group) {
+        Some(members) if stopped => members.iter().all(is_stopped),
+        Some(members) => !members.iter().any(is_stopped),
+        None => true,
+    })
+    .await;
+}
+
+/// Waits, at most `grace`, until no live process is left in `group`. A killed process that its
+/// parent has not reaped yet (a zombie) counts as gone.
+pub(crate) async fn wait_gone(group: Pid, grace: Duration) -> bool {
+    poll_until(grace, || {
+        killpg(group, None).is_err() || !has_live_member(group)
+    })
+    .await
 }

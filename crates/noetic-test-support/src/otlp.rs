@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -70,7 +69,6 @@ struct Received {
 
 struct Shared {
     received: Mutex<Received>,
-    count: watch::Sender<usize>,
 }
 
 /// An OTLP/HTTP receiver: `POST /v1/traces` with a protobuf `ExportTraceServiceRequest`. Point an
@@ -103,7 +101,6 @@ impl OtlpReceiver {
             .unwrap_or_else(|error| panic!("otlp receiver: no address: {error}"));
         let shared = Arc::new(Shared {
             received: Mutex::new(Received::default()),
-            count: watch::channel(0).0,
         });
         let router = Router::new()
             .route("/v1/traces", post(export))
@@ -140,29 +137,6 @@ impl OtlpReceiver {
     /// How many requests did not decode as an `ExportTraceServiceRequest`.
     pub fn rejected(&self) -> usize {
         self.received().rejected
-    }
-
-    /// Waits (at most `timeout`) until `done` holds for the spans received.
-    ///
-    /// # Panics
-    /// When `timeout` passes first, listing the span names received.
-    pub async fn wait_until(&self, timeout: Duration, done: impl Fn(&[ReceivedSpan]) -> bool) {
-        let mut count = self.shared.count.subscribe();
-        let waited = tokio::time::timeout(timeout, async {
-            loop {
-                if done(&self.received().spans) {
-                    return;
-                }
-                if count.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        if waited.is_err() {
-            let names: Vec<String> = self.spans().into_iter().map(|span| span.name).collect();
-            panic!("otlp receiver: condition not met within {timeout:?}; received {names:?}");
-        }
     }
 
     fn received(&self) -> std::sync::MutexGuard<'_, Received> {
@@ -215,9 +189,6 @@ async fn export(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             }
         }
     }
-    let total = received.spans.len();
-    drop(received);
-    shared.count.send_replace(total);
     StatusCode::OK
 }
 

@@ -102,6 +102,11 @@ where
     // The child may exit before reading its stdin (a usage error): a broken pipe is fine then.
     let _ = input.write_all(stdin.as_bytes()).await;
     drop(input);
+    finished(child).await
+}
+
+/// Waits for `child` to exit (at most [`CHILD_TIMEOUT`]) and collects what it printed.
+pub(crate) async fn finished(child: tokio::process::Child) -> Finished {
     // Guards against a hang: on timeout the child is dropped, which kills it.
     let output = tokio::time::timeout(CHILD_TIMEOUT, child.wait_with_output())
         .await

@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use crate::{
-    CHILD_TIMEOUT, Finished, MODEL, TempDir, args, call_reply, mock_options, noetic, text_reply,
+    CHILD_TIMEOUT, MODEL, TempDir, args, call_reply, finished, mock_options, noetic, text_reply,
 };
 
 const KEY: &str = "sk-or-otel-e2e-5b3f9d1c7a";
@@ -31,18 +31,6 @@ fn exporting(receiver: &OtlpReceiver, arguments: Vec<String>) -> tokio::process:
         .env_remove("OTEL_RESOURCE_ATTRIBUTES")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
     command
-}
-
-async fn finish(child: tokio::process::Child) -> Finished {
-    let output = tokio::time::timeout(CHILD_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("noetic exits in time")
-        .expect("wait");
-    Finished {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
 }
 
 fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
@@ -81,7 +69,7 @@ async fn a_successful_run_exports_every_span_with_service_name_before_it_exits()
     .stdin(Stdio::null())
     .spawn()
     .unwrap();
-    let finished = finish(child).await;
+    let finished = finished(child).await;
     finished.assert_code(0);
     assert_eq!(finished.stdout, "pong\n");
     // Exported before the process exited: nothing is waited for here.
@@ -143,7 +131,7 @@ async fn a_failed_run_exports_its_error_spans_before_it_exits_1() {
     .stdin(Stdio::null())
     .spawn()
     .unwrap();
-    let finished = finish(child).await;
+    let finished = finished(child).await;
     finished.assert_code(1);
     let spans = receiver.spans();
     let round = named(&spans, &format!("chat {MODEL}"));
@@ -235,7 +223,7 @@ async fn an_unresponsive_collector_delays_the_exit_by_a_bounded_flush_only() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let finished = finish(child).await;
+    let finished = finished(child).await;
     finished.assert_code(0);
     assert_eq!(finished.stdout, "done\n");
     let took = started.elapsed();

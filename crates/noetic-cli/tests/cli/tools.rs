@@ -6,8 +6,7 @@ use noetic_test_support::{MockServer, RecordedHttpRequest};
 use serde_json::{Value, json};
 
 use crate::{
-    CHILD_TIMEOUT, Finished, TempDir, args, call_reply, mock_options, noetic, run_noetic,
-    text_reply,
+    Finished, TempDir, args, call_reply, finished, mock_options, noetic, run_noetic, text_reply,
 };
 
 /// A one-node workflow offering `tools`.
@@ -106,15 +105,7 @@ async fn run_with_env(arguments: Vec<String>, env: &[(&str, &str)]) -> Finished 
     }
     let mut child = command.spawn().expect("noetic starts");
     drop(child.stdin.take());
-    let output = tokio::time::timeout(CHILD_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("noetic exits in time")
-        .expect("waiting for noetic");
-    Finished {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
+    finished(child).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

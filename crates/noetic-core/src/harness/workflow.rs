@@ -51,10 +51,6 @@ impl AgentHarness {
             .workflow_registry()
             .hydrate_with_tools(&document, self.tools())?;
         let span = crate::telemetry::workflow_span(step.id());
-        let result = tracing::Instrument::instrument(ctx.run(&step, input), span.clone()).await;
-        if let Err(error) = &result {
-            crate::telemetry::record_error(&span, error);
-        }
-        result
+        crate::telemetry::traced(span, ctx.run(&step, input)).await
     }
 }

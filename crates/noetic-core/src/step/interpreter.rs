@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
-use tracing::Instrument;
 
 use super::{
     Origin, StepBody, StepNode, call_model, conditional, invoke_tool, loop_step, parallel,
@@ -44,17 +43,10 @@ pub(crate) fn execute_routed<'a>(
     route: bool,
 ) -> BoxFuture<'a, Result<Value>> {
     let span = crate::telemetry::step_span(&node.id, node.kind().as_str());
-    let traced = span.clone();
-    Box::pin(
-        async move {
-            let result = execute_in_span(node, input, origin, ctx, route).await;
-            if let Err(error) = &result {
-                crate::telemetry::record_error(&traced, error);
-            }
-            result
-        }
-        .instrument(span),
-    )
+    Box::pin(crate::telemetry::traced(
+        span,
+        execute_in_span(node, input, origin, ctx, route),
+    ))
 }
 
 async fn execute_in_span(

@@ -604,13 +604,7 @@ async fn read_child(
         Some(process) => tokio::time::timeout(group::GRACE, process.wait())
             .await
             .is_ok(),
-        None => {
-            let deadline = tokio::time::Instant::now() + group::GRACE;
-            while manifest.is_alive() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            !manifest.is_alive()
-        }
+        None => group::poll_until(group::GRACE, || !manifest.is_alive()).await,
     };
     if dead {
         let _ = manifest.clear(&*manifests).await;

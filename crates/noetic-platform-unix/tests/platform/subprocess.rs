@@ -439,12 +439,8 @@ async fn a_pid_reused_by_another_process_is_not_taken_for_the_child() {
     unrelated.wait().expect("reaped");
 }
 
-#[tokio::test]
-async fn a_dead_child_s_manifest_is_cleared_and_its_handle_is_evicted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = make_fifo(dir.path());
-    let storage = Arc::new(noetic_core::adapter::InMemoryStorage::new());
-    let host = adapter(dir.path()).manifests(storage.clone());
+/// A detached `await_go` child of `host`, waiting on `fifo`, and the guard that kills its group.
+async fn waiting_child(host: &LocalSubprocess, fifo: &Path) -> (DetachedHandle<String>, KillGroup) {
     let harness = AgentHarness::builder("host")
         .environment(Environment::new().subprocess(host.clone()))
         .build()
@@ -459,8 +455,19 @@ async fn a_dead_child_s_manifest_is_cleared_and_its_handle_is_evicted() {
         )
         .await
         .expect("spawned");
-    let (id, pid) = (handle.handle_id().to_owned(), handle.pid().expect("pid"));
-    let _cleanup = KillGroup(pid);
+    let pid = handle.pid().expect("pid");
+    (handle, KillGroup(pid))
+}
+
+#[tokio::test]
+async fn a_dead_child_s_manifest_is_cleared_and_its_handle_is_evicted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = make_fifo(dir.path());
+    let storage = Arc::new(noetic_core::adapter::InMemoryStorage::new());
+    let host = adapter(dir.path()).manifests(storage.clone());
+    // `child` kills the group when the test ends, passed or not.
+    let (handle, child) = waiting_child(&host, &fifo).await;
+    let (id, pid) = (handle.handle_id().to_owned(), child.0);
     assert_eq!(host.list_live().await.expect("list").len(), 1);
     // Killed from outside, before it finished.
     nix::sys::signal::killpg(
@@ -492,22 +499,9 @@ async fn a_detached_child_is_paused_resumed_and_stopped_with_its_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = make_fifo(dir.path());
     let host = adapter(dir.path());
-    let harness = AgentHarness::builder("host")
-        .environment(Environment::new().subprocess(host.clone()))
-        .build()
-        .expect("harness");
-    let ctx = harness.create_context(ContextOptions::new());
-    let handle = harness
-        .detached_spawn(
-            &await_go(),
-            fifo.display().to_string(),
-            &ctx,
-            DetachedOptions::new(),
-        )
-        .await
-        .expect("spawned");
-    let (id, pid) = (handle.handle_id().to_owned(), handle.pid().expect("pid"));
-    let _cleanup = KillGroup(pid);
+    // `child` kills the group when the test ends, passed or not.
+    let (handle, child) = waiting_child(&host, &fifo).await;
+    let (id, pid) = (handle.handle_id().to_owned(), child.0);
     assert_eq!(host.pause(&id).await.expect("pause"), SignalOutcome::Done);
     assert_eq!(proc_stat(pid).expect("stat").0, "T", "stopped");
     assert_eq!(host.resume(&id).await.expect("resume"), SignalOutcome::Done);

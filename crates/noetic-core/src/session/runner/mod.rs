@@ -6,7 +6,6 @@ mod start;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
-use tracing::Instrument;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -475,7 +474,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
     let input = Value::String(text);
     let span =
         crate::telemetry::agent_span(runtime.name(), ctx.thread_id(), ctx.id(), Some(&turn_id));
-    let result: Result<Value> = async {
+    let result: Result<Value> = crate::telemetry::traced(span, async {
         let mut result: Result<Value> = begun.map(|()| Value::Null);
         let mut waits = 0;
         while result.is_ok() {
@@ -494,12 +493,8 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
             }
         }
         result
-    }
-    .instrument(span.clone())
+    })
     .await;
-    if let Err(error) = &result {
-        crate::telemetry::record_error(&span, error);
-    }
     let outcome = crate::layer::lifecycle::outcome_of(&ctx, &result);
     crate::layer::lifecycle::close(&ctx, outcome).await;
     if let Some(journal) = ctx.journal() {
