@@ -30,6 +30,25 @@ pub(crate) fn run(root: &Path) -> Result {
         ),
     )?;
 
+    // The opt-in OTLP/gRPC export (noetic-otel's `grpc` feature) is not in the workspace build above.
+    run_step(
+        "cargo clippy -p noetic-otel --features grpc --all-targets -- -D warnings",
+        cargo(
+            root,
+            &[
+                "clippy",
+                "-p",
+                "noetic-otel",
+                "--features",
+                "grpc",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+    )?;
+
     // In-process, before the (slow) tests, so a stale doc fails fast with the fix in the message.
     println!("==> cargo xtask codegen --check");
     codegen::check(root)?;
@@ -37,6 +56,22 @@ pub(crate) fn run(root: &Path) -> Result {
     run_step(
         "cargo test --workspace",
         cargo(root, &["test", "--workspace"]),
+    )?;
+
+    run_step(
+        "cargo test -p noetic-otel --features grpc --test grpc",
+        cargo(
+            root,
+            &[
+                "test",
+                "-p",
+                "noetic-otel",
+                "--features",
+                "grpc",
+                "--test",
+                "grpc",
+            ],
+        ),
     )?;
 
     // The README's first command must work on a fresh machine with no key: run it for real.

@@ -4,15 +4,19 @@
 //! semantic conventions: see `noetic_core::telemetry`). Core has no OpenTelemetry dependency; this
 //! crate bridges its `tracing` spans with `tracing-opentelemetry` and exports them over OTLP/HTTP
 //! (protobuf) with the SDK's batch processor, on its own thread, through reqwest 0.13 (the
-//! workspace's one HTTP stack).
+//! workspace's one HTTP stack). With the `grpc` feature it also exports over OTLP/gRPC (tonic, on the
+//! same hyper); the gRPC connection lives on a small runtime of this crate's own (one worker thread,
+//! started with the first gRPC exporter), so export works from any thread and outlives the caller's
+//! runtime — a program can shut its own runtime down and still flush.
 //!
 //! Configuration comes from the standard environment variables:
 //!
 //! - `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full URL, `…/v1/traces`) or
 //!   `OTEL_EXPORTER_OTLP_ENDPOINT` (the base; `/v1/traces` is appended); default
-//!   `http://localhost:4318`;
-//! - `OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf` (the default; the only one built here — `grpc`
-//!   and `http/json` are refused with [`OtelError::UnsupportedProtocol`]);
+//!   `http://localhost:4318` (for gRPC: the collector's address, default `http://localhost:4317`);
+//! - `OTEL_EXPORTER_OTLP_PROTOCOL` (or `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`): `http/protobuf` (the
+//!   default) or, with the `grpc` feature, `grpc`; anything else (`http/json`, or `grpc` in a build
+//!   without the feature) is refused with [`OtelError::UnsupportedProtocol`];
 //! - `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (`key=value,…`: an
 //!   `authorization` header, say; never logged);
 //! - `OTEL_EXPORTER_OTLP_TIMEOUT` (ms, default 10000);
@@ -43,6 +47,11 @@ pub const DEFAULT_SERVICE_NAME: &str = "noetic";
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 /// The instrumentation scope of noetic's spans.
 const SCOPE: &str = "noetic";
+/// The protocols this build exports, for [`OtelError::UnsupportedProtocol`]'s message.
+#[cfg(feature = "grpc")]
+const SUPPORTED: &str = "`http/protobuf` and `grpc`";
+#[cfg(not(feature = "grpc"))]
+const SUPPORTED: &str = "`http/protobuf` (`grpc` needs noetic-otel's `grpc` feature)";
 
 /// Why export could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -50,9 +59,7 @@ const SCOPE: &str = "noetic";
 pub enum OtelError {
     /// `OTEL_EXPORTER_OTLP_PROTOCOL` names a protocol this build does not speak
     /// (`OTEL_PROTOCOL_UNSUPPORTED`).
-    #[error(
-        "OTEL_EXPORTER_OTLP_PROTOCOL=`{0}` is not supported: this build exports `http/protobuf`"
-    )]
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL=`{0}` is not supported: this build exports {SUPPORTED}")]
     UnsupportedProtocol(String),
     /// The exporter could not be built (`OTEL_EXPORTER_FAILED`).
     #[error("the OTLP exporter could not be built: {0}")]
@@ -176,21 +183,76 @@ pub fn resource() -> Resource {
     }
 }
 
-/// The OTLP/HTTP exporter the environment describes.
+/// The OTLP exporter the environment describes: OTLP/HTTP, or OTLP/gRPC when
+/// `OTEL_EXPORTER_OTLP_PROTOCOL=grpc` (with the `grpc` feature).
 ///
 /// # Errors
-/// [`OtelError::UnsupportedProtocol`] for a protocol other than `http/protobuf`;
+/// [`OtelError::UnsupportedProtocol`] for a protocol this build does not export;
 /// [`OtelError::Exporter`] when it cannot be built.
 pub fn exporter_from_env() -> Result<SpanExporter, OtelError> {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
+    // Endpoint, headers and timeout are read from the environment by the builders.
     match protocol.trim() {
-        "" | "http/protobuf" => {}
-        other => return Err(OtelError::UnsupportedProtocol(other.to_owned())),
+        "" | "http/protobuf" => http_exporter(None),
+        #[cfg(feature = "grpc")]
+        "grpc" => grpc::exporter(None),
+        other => Err(OtelError::UnsupportedProtocol(other.to_owned())),
     }
-    // Endpoint, headers and timeout are read from the environment by the builder.
-    http_exporter(None)
+}
+
+/// The OTLP/gRPC exporter noetic-otel builds, sending to `endpoint` (the collector's address,
+/// `http://host:4317`) whatever the environment says; headers (as gRPC metadata) and timeout still
+/// come from it.
+///
+/// # Errors
+/// [`OtelError::Exporter`] when it cannot be built (a malformed endpoint, `https` without TLS).
+#[cfg(feature = "grpc")]
+pub fn grpc_exporter_to(endpoint: &str) -> Result<SpanExporter, OtelError> {
+    grpc::exporter(Some(endpoint))
+}
+
+#[cfg(feature = "grpc")]
+mod grpc {
+    use std::sync::OnceLock;
+
+    use opentelemetry_otlp::WithExportConfig;
+
+    use crate::{OtelError, SpanExporter};
+
+    /// The runtime every gRPC exporter's channel lives on: tonic spawns the connection's worker task
+    /// onto the runtime current when the channel is built. The SDK's batch processor exports from its
+    /// own thread (no runtime there), and a program's own runtime may be gone by the time it flushes
+    /// at exit, so the channel gets a runtime of its own, made once and kept for the process.
+    fn runtime() -> Result<&'static tokio::runtime::Runtime, OtelError> {
+        static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+        RUNTIME
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("noetic-otel-grpc")
+                    .enable_all()
+                    .build()
+                    .map_err(|error| format!("no runtime for the gRPC exporter: {error}"))
+            })
+            .as_ref()
+            .map_err(|error| OtelError::Exporter(error.clone()))
+    }
+
+    pub(crate) fn exporter(endpoint: Option<&str>) -> Result<SpanExporter, OtelError> {
+        let _entered = runtime()?.enter();
+        let builder = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_protocol(opentelemetry_otlp::Protocol::Grpc);
+        let builder = match endpoint {
+            Some(endpoint) => builder.with_endpoint(endpoint),
+            None => builder,
+        };
+        builder
+            .build()
+            .map_err(|error| OtelError::Exporter(error.to_string()))
+    }
 }
 
 /// The OTLP/HTTP (protobuf) exporter noetic-otel builds, posting to `traces_url` (the full

@@ -1,15 +1,23 @@
-//! [`OtlpReceiver`]: an OTLP/HTTP trace receiver on loopback, decoding the protobuf export requests
+//! [`OtlpReceiver`]: an OTLP trace receiver on loopback, over HTTP (`POST /v1/traces`) and gRPC
+//! (the `TraceService/Export` method, HTTP/2 without TLS), decoding the protobuf export requests
 //! (with `opentelemetry-proto`) as a collector would.
+//!
+//! The gRPC side is the unary call's wire form written out by hand (a 5-byte frame header before the
+//! protobuf message, `grpc-status` in the trailers), so tests need no gRPC server stack.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use http_body_util::StreamBody;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
 use tokio::net::TcpListener;
@@ -58,9 +66,23 @@ impl ReceivedSpan {
     }
 }
 
+/// The path of the OTLP gRPC trace export method.
+const GRPC_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// How an export request reached the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `POST /v1/traces` with a protobuf body (`http/protobuf`).
+    HttpProtobuf,
+    /// The gRPC `TraceService/Export` method (`grpc`).
+    Grpc,
+}
+
 #[derive(Default)]
 struct Received {
     spans: Vec<ReceivedSpan>,
+    /// The protocol of every decoded export request, in arrival order.
+    protocols: Vec<OtlpProtocol>,
     /// The headers of every export request, `name: value`.
     headers: Vec<String>,
     /// Requests that did not decode.
@@ -71,8 +93,9 @@ struct Shared {
     received: Mutex<Received>,
 }
 
-/// An OTLP/HTTP receiver: `POST /v1/traces` with a protobuf `ExportTraceServiceRequest`. Point an
-/// exporter at [`OtlpReceiver::endpoint`] (as `OTEL_EXPORTER_OTLP_ENDPOINT`).
+/// An OTLP receiver: `POST /v1/traces` with a protobuf `ExportTraceServiceRequest`, and the same
+/// request as the gRPC method `TraceService/Export` on the same port. Point an exporter at
+/// [`OtlpReceiver::endpoint`] (as `OTEL_EXPORTER_OTLP_ENDPOINT`, for either protocol).
 pub struct OtlpReceiver {
     shared: Arc<Shared>,
     address: SocketAddr,
@@ -104,6 +127,7 @@ impl OtlpReceiver {
         });
         let router = Router::new()
             .route("/v1/traces", post(export))
+            .route(GRPC_EXPORT, post(export_grpc))
             .with_state(shared.clone());
         let (shutdown, mut signal) = watch::channel(());
         let server = axum::serve(listener, router).with_graceful_shutdown(async move {
@@ -134,6 +158,11 @@ impl OtlpReceiver {
         self.received().headers.clone()
     }
 
+    /// The protocol of every export request that decoded, in arrival order.
+    pub fn protocols(&self) -> Vec<OtlpProtocol> {
+        self.received().protocols.clone()
+    }
+
     /// How many requests did not decode as an `ExportTraceServiceRequest`.
     pub fn rejected(&self) -> usize {
         self.received().rejected
@@ -148,21 +177,103 @@ impl OtlpReceiver {
 }
 
 async fn export(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let decoded = ExportTraceServiceRequest::decode(body);
+    match record(&shared, &headers, &body, OtlpProtocol::HttpProtobuf) {
+        Ok(()) => StatusCode::OK,
+        Err(()) => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// The unary gRPC call: one length-prefixed message in, one out, the status in the trailers.
+async fn export_grpc(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    // An uncompressed frame: flag 0, a big-endian u32 length, the message.
+    let message = match body.as_ref() {
+        [0, a, b, c, d, message @ ..]
+            if u32::from_be_bytes([*a, *b, *c, *d]) as usize == message.len() =>
+        {
+            Some(body.slice(5..))
+        }
+        _ => None,
+    };
+    let decoded = match message {
+        Some(message) => record(&shared, &headers, &message, OtlpProtocol::Grpc),
+        None => {
+            reject(&shared, &headers);
+            Err(())
+        }
+    };
+    let (reply, status) = match decoded {
+        Ok(()) => {
+            let mut frame = vec![0_u8; 5];
+            ExportTraceServiceResponse::default()
+                .encode(&mut frame)
+                .unwrap_or_else(|error| panic!("a Vec grows: {error}"));
+            let length = u32::try_from(frame.len() - 5).unwrap_or(u32::MAX);
+            frame[1..5].copy_from_slice(&length.to_be_bytes());
+            (Some(Bytes::from(frame)), "0")
+        }
+        // INVALID_ARGUMENT
+        Err(()) => (None, "3"),
+    };
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static(status));
+    let frames = reply
+        .map(http_body::Frame::data)
+        .into_iter()
+        .chain([http_body::Frame::trailers(trailers)])
+        .map(Ok::<_, std::convert::Infallible>);
+    let body = StreamBody::new(futures_util::stream::iter(frames));
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        )],
+        Body::new(body),
+    )
+        .into_response()
+}
+
+/// Counts a request that did not decode (its headers kept).
+fn reject(shared: &Shared, headers: &HeaderMap) {
     let mut received = shared
         .received
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for (name, value) in &headers {
+    keep_headers(&mut received, headers);
+    received.rejected += 1;
+}
+
+fn keep_headers(received: &mut Received, headers: &HeaderMap) {
+    for (name, value) in headers {
         received.headers.push(format!(
             "{name}: {}",
             String::from_utf8_lossy(value.as_bytes())
         ));
     }
+}
+
+/// Decodes one export request and keeps its spans; `Err` (counted as rejected) when it does not
+/// decode.
+fn record(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+    protocol: OtlpProtocol,
+) -> Result<(), ()> {
+    let decoded = ExportTraceServiceRequest::decode(body);
+    let mut received = shared
+        .received
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    keep_headers(&mut received, headers);
     let Ok(request) = decoded else {
         received.rejected += 1;
-        return StatusCode::BAD_REQUEST;
+        return Err(());
     };
+    received.protocols.push(protocol);
     for resource_spans in request.resource_spans {
         let resource = resource_spans
             .resource
@@ -189,7 +300,7 @@ async fn export(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             }
         }
     }
-    StatusCode::OK
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
