@@ -88,7 +88,7 @@ pub use step::{
     with_context,
 };
 pub use telemetry::create_span;
-pub use tool::{Tool, ToolContext, ToolError, schema_for, wire_name};
+pub use tool::{Tool, ToolContext, ToolError, ToolSource, schema_for, wire_name};
 pub use until::{Until, Verdict, all, any};
 pub use usage::{Spend, TokenUsage};
 pub use workflow::{WorkflowDocument, WorkflowRegistry};

@@ -28,7 +28,7 @@ use crate::model::ModelProvider;
 use crate::paid::PaidCalls;
 use crate::steer::{Steer, SteerDecision, SteerPoint};
 use crate::step::StepRef;
-use crate::tool::Tool;
+use crate::tool::{Tool, ToolSource};
 use crate::{Error, Result};
 
 /// The default stream idle timeout of a model round.
@@ -58,6 +58,8 @@ pub struct Runtime {
     /// Shared, so a `call_model` step can tell it is still looking at the same set (its cached
     /// tool specs).
     tools: Arc<[Tool]>,
+    /// Sources whose current tools are offered to every `call_model` after the runtime's tools.
+    tool_sources: Vec<Arc<dyn ToolSource>>,
     layers: Arc<[Arc<dyn ContextLayer>]>,
     on_steer: Option<Arc<OnSteer>>,
     /// What runs check the steps' declared needs against.
@@ -93,6 +95,7 @@ impl Runtime {
             defaults: CallModelDefaults::default(),
             hooks: AgentHooks::default(),
             tools: Vec::new(),
+            tool_sources: Vec::new(),
             layers: Vec::new(),
             on_steer: None,
             connections: Vec::new(),
@@ -167,6 +170,12 @@ impl Runtime {
     /// The runtime-wide tools, shared.
     pub(crate) fn shared_tools(&self) -> &Arc<[Tool]> {
         &self.tools
+    }
+
+    /// The runtime-wide tool sources (their tools offered to every `call_model` after the
+    /// runtime's tools).
+    pub fn tool_sources(&self) -> &[Arc<dyn ToolSource>] {
+        &self.tool_sources
     }
 
     /// The `call_model` defaults.
@@ -254,6 +263,7 @@ pub struct RuntimeBuilder {
     defaults: CallModelDefaults,
     hooks: AgentHooks,
     tools: Vec<Tool>,
+    tool_sources: Vec<Arc<dyn ToolSource>>,
     layers: Vec<Arc<dyn ContextLayer>>,
     on_steer: Option<Arc<OnSteer>>,
     connections: Vec<Arc<dyn Connection>>,
@@ -302,6 +312,13 @@ impl RuntimeBuilder {
     /// A tool offered to every `call_model`.
     pub fn tool(mut self, tool: Tool) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// The current tools of `source` (an MCP server's, say), offered to every `call_model` after
+    /// the runtime's tools and asked for again at every round.
+    pub fn tools_from(mut self, source: impl ToolSource) -> Self {
+        self.tool_sources.push(Arc::new(source));
         self
     }
 
@@ -415,6 +432,7 @@ impl RuntimeBuilder {
             defaults: self.defaults,
             hooks: self.hooks,
             tools: self.tools.into(),
+            tool_sources: self.tool_sources,
             layers: self.layers.into(),
             on_steer: self.on_steer,
             connections: self.connections,

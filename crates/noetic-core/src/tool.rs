@@ -48,6 +48,32 @@ struct ToolInner {
     body: Box<ToolBody>,
 }
 
+/// Tools whose list can change while a harness runs: an MCP server's, say. `call_model` offers a
+/// source's tools after its own ([`crate::CallModelBuilder::tools_from`]), and a runtime's sources to
+/// every model call ([`crate::RuntimeBuilder::tools_from`]); it asks each source for its current list
+/// at every round, so a changed list reaches the next request.
+///
+/// Object safe: sources are held as `Arc<dyn ToolSource>`.
+pub trait ToolSource: Send + Sync + 'static {
+    /// The source's name, for diagnostics.
+    fn name(&self) -> &str;
+
+    /// The current tools. Called once per model round, so keep it cheap: return a shared snapshot,
+    /// and a new `Arc` only when the list changed — `call_model` reuses the tool specs it built for
+    /// as long as every snapshot is the same `Arc`.
+    fn tools(&self) -> Arc<[Tool]>;
+}
+
+impl<S: ToolSource + ?Sized> ToolSource for Arc<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn tools(&self) -> Arc<[Tool]> {
+        (**self).tools()
+    }
+}
+
 /// What a tool body gets besides its arguments.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -9,10 +9,13 @@
 //!   every request. For testing the real HTTP providers, and for benchmarks.
 //! - [`storage_conformance`]: the contract every `StorageAdapter` must pass; [`durable_conformance`]: the
 //!   contract every `DurableStore` must pass.
+//! - [`mcp`]: a small MCP server (rmcp's server side) over stdio (the `noetic-mcp-test-server`
+//!   binary) and streamable HTTP, for testing MCP clients.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
 mod durable;
 mod events;
+pub mod mcp;
 mod mock_server;
 mod otlp;
 mod paced;

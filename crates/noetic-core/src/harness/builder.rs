@@ -17,7 +17,7 @@ use crate::runtime::{AgentHooks, CallModelDefaults, Runtime, RuntimeBuilder};
 use crate::session::Sessions;
 use crate::steer::{DeliveryMode, Steer, SteerDecision, SteerPoint};
 use crate::step::{Step, StepNode};
-use crate::tool::Tool;
+use crate::tool::{Tool, ToolSource};
 use crate::workflow::WorkflowRegistry;
 
 /// Builds an [`AgentHarness`]; see [`AgentHarness::builder`].
@@ -96,6 +96,13 @@ impl AgentHarnessBuilder {
     /// A tool offered to every `call_model`.
     pub fn tool(mut self, tool: Tool) -> Self {
         self.runtime = self.runtime.tool(tool);
+        self
+    }
+
+    /// The current tools of `source` (an MCP server's, say), offered to every `call_model` after the
+    /// harness's tools and asked for again at every round.
+    pub fn tools_from(mut self, source: impl ToolSource) -> Self {
+        self.runtime = self.runtime.tools_from(source);
         self
     }
 

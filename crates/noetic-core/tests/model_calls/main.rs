@@ -6,6 +6,7 @@
 mod cancellation;
 mod drain;
 mod inputs;
+mod sources;
 mod support;
 
 use std::sync::Arc;

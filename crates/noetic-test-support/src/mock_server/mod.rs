@@ -263,6 +263,37 @@ impl MockReply {
         Self::sse(body.freeze())
     }
 
+    /// An OpenResponses stream answering `text` in one assistant message (10 input, 5 output tokens).
+    pub fn answer(text: &str) -> Self {
+        let item = serde_json::json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        Self::sse_events([
+            serde_json::json!({"type": "response.created", "response": {"id": "resp_a", "status": "in_progress", "output": []}}),
+            serde_json::json!({"type": "response.output_item.added", "output_index": 0, "item": {
+                "id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
+            serde_json::json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
+                "content_index": 0, "delta": text}),
+            serde_json::json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+            serde_json::json!({"type": "response.completed", "response": {"id": "resp_a", "status": "completed",
+                "output": [item], "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}}),
+        ])
+    }
+
+    /// An OpenResponses stream calling the tool `name` (its wire name) with `arguments`, as call
+    /// `call_id`.
+    pub fn function_call(call_id: &str, name: &str, arguments: &Value) -> Self {
+        let arguments = arguments.to_string();
+        let item = serde_json::json!({"id": format!("fc_{call_id}"), "type": "function_call",
+            "status": "completed", "call_id": call_id, "name": name, "arguments": arguments});
+        Self::sse_events([
+            serde_json::json!({"type": "response.created", "response": {"id": "resp_c", "status": "in_progress", "output": []}}),
+            serde_json::json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
+            serde_json::json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+            serde_json::json!({"type": "response.completed", "response": {"id": "resp_c", "status": "completed",
+                "output": [item], "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}}),
+        ])
+    }
+
     /// A reply from the fixture file `name` in [`crate::fixtures_dir`]: a `.sse` file is sent as is, a
     /// `.jsonl` file is re-framed line by line as `data: <line>\n\n` (no `[DONE]`, blank lines skipped),
     /// a `.json` file is sent byte for byte as `application/json` with status 200.

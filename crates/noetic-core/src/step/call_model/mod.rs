@@ -28,7 +28,7 @@ use crate::context::Context;
 use crate::event::{FrameworkEvent, FrameworkEventKind};
 use crate::model::{ModelParams, OutputFormat};
 use crate::runtime::Runtime;
-use crate::tool::{Tool, schema_for};
+use crate::tool::{Tool, ToolSource, schema_for};
 use tools::ToolSet;
 
 pub(crate) struct CallModelSpec {
@@ -45,30 +45,54 @@ pub(crate) struct CallModelSpec {
     pub(crate) emit: EmitPolicy,
     /// Connection operations the step's tools use, checked by `run()` before the tree starts.
     pub(crate) needs: Vec<Need>,
-    /// The step's tools and the runtime's, with their specs, built once for the runtime tools they
-    /// were built with: a step run on one runtime copies no schema per request.
+    /// Sources whose current tools are offered after the step's own (an MCP server's).
+    pub(crate) sources: Vec<Arc<dyn ToolSource>>,
+    /// The step's tools and the runtime's, with their specs, built once for the runtime tools and
+    /// source snapshots they were built with: a step run on one runtime copies no schema per request.
     tool_set: Mutex<Option<CachedTools>>,
 }
 
-/// A step's [`ToolSet`] and the runtime tools it was built with.
+/// A step's [`ToolSet`] and the runtime tools and source snapshots it was built with.
 struct CachedTools {
     runtime_tools: Arc<[Tool]>,
+    snapshots: Vec<Arc<[Tool]>>,
     set: Arc<ToolSet>,
 }
 
 impl CallModelSpec {
-    /// The tools offered to the model on `runtime`: the step's, then the runtime's.
+    /// The tools offered to the model on `runtime` now: the step's, its sources', the runtime's, the
+    /// runtime's sources'. The first tool of a name wins.
     pub(crate) fn tool_set(&self, runtime: &Runtime) -> Arc<ToolSet> {
         let runtime_tools = runtime.shared_tools();
+        let runtime_sources = runtime.tool_sources();
+        // Without sources (the common case) nothing is collected per round.
+        let snapshots: Vec<Arc<[Tool]>> = self
+            .sources
+            .iter()
+            .chain(runtime_sources)
+            .map(|source| source.tools())
+            .collect();
         let mut cached = crate::sync::lock(&self.tool_set);
         if let Some(hit) = &*cached
             && Arc::ptr_eq(&hit.runtime_tools, runtime_tools)
+            && hit.snapshots.len() == snapshots.len()
+            && hit
+                .snapshots
+                .iter()
+                .zip(&snapshots)
+                .all(|(old, new)| Arc::ptr_eq(old, new))
         {
             return hit.set.clone();
         }
-        let set = Arc::new(ToolSet::new(&self.tools, runtime_tools));
+        let (step_sources, runtime_sources) = snapshots.split_at(self.sources.len());
+        let groups = std::iter::once(&self.tools[..])
+            .chain(step_sources.iter().map(|tools| &tools[..]))
+            .chain(std::iter::once(&runtime_tools[..]))
+            .chain(runtime_sources.iter().map(|tools| &tools[..]));
+        let set = Arc::new(ToolSet::new(groups));
         *cached = Some(CachedTools {
             runtime_tools: runtime_tools.clone(),
+            snapshots,
             set: set.clone(),
         });
         set
@@ -164,6 +188,7 @@ pub fn call_model(id: impl Into<String>) -> CallModelBuilder<String> {
             token_budget: None,
             emit: EmitPolicy::All,
             needs: Vec::new(),
+            sources: Vec::new(),
             tool_set: Mutex::new(None),
         },
         _output: PhantomData,
@@ -192,6 +217,13 @@ impl<O> CallModelBuilder<O> {
     /// Offers several tools.
     pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
         self.spec.tools.extend(tools);
+        self
+    }
+
+    /// Offers the current tools of `source` (an MCP server's, say) after the step's own, asking it
+    /// again at every round: a list that changed reaches the next request.
+    pub fn tools_from(mut self, source: impl ToolSource) -> Self {
+        self.spec.sources.push(Arc::new(source));
         self
     }
 

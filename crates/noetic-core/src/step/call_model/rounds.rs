@@ -119,7 +119,7 @@ pub(crate) async fn execute(
         spec,
         ctx,
         env,
-        tools: &tools,
+        tools,
         layers: &layers,
         instructions: instructions.as_deref(),
         conversation,
@@ -229,7 +229,9 @@ struct RoundLoop<'a> {
     spec: &'a CallModelSpec,
     ctx: &'a Context,
     env: RoundEnv<'a>,
-    tools: &'a ToolSet,
+    /// The tools of the current round: asked for again before each request, so a tool source's
+    /// changed list reaches the next one; a round's calls run with the set it offered.
+    tools: Arc<ToolSet>,
     layers: &'a [Arc<dyn ContextLayer>],
     instructions: Option<&'a str>,
     /// What the next request sends as input.
@@ -323,6 +325,7 @@ impl RoundLoop<'_> {
         if carry_continue {
             self.conversation.push(Item::user_text(CONTINUE));
         }
+        self.tools = spec.tool_set(ctx.runtime());
         if emit.active(ctx) {
             emit.emit(
                 ctx,
@@ -450,7 +453,7 @@ impl RoundLoop<'_> {
                 },
             );
         }
-        let outcome = run_calls(&calls, self.tools, ctx, self.spec.tool_concurrency, emit).await?;
+        let outcome = run_calls(&calls, &self.tools, ctx, self.spec.tool_concurrency, emit).await?;
         if emit.active(ctx) {
             emit.emit(
                 ctx,

@@ -25,10 +25,11 @@ pub(crate) struct ToolSet {
 }
 
 impl ToolSet {
-    /// The step's tools, then the harness's; the first of a name wins.
-    pub(super) fn new(step_tools: &[Tool], harness_tools: &[Tool]) -> Self {
-        let mut tools: Vec<Tool> = Vec::with_capacity(step_tools.len() + harness_tools.len());
-        for tool in step_tools.iter().chain(harness_tools) {
+    /// The tools of `groups` in order (the step's, its sources', the harness's, …); the first of a
+    /// name wins.
+    pub(super) fn new<'a>(groups: impl Iterator<Item = &'a [Tool]> + Clone) -> Self {
+        let mut tools: Vec<Tool> = Vec::with_capacity(groups.clone().map(<[Tool]>::len).sum());
+        for tool in groups.flatten() {
             if !tools.iter().any(|known| known.name() == tool.name()) {
                 tools.push(tool.clone());
             }

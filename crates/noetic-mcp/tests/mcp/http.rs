@@ -1,0 +1,107 @@
+//! Over streamable HTTP: the test server on loopback, requiring a bearer token.
+
+use noetic_core::ContextOptions;
+use noetic_mcp::McpServer;
+use noetic_test_support::mcp::McpTestServer;
+use noetic_test_support::{MockReply, MockServer};
+use serde_json::json;
+
+use crate::{a_model_call_reaches_the_next_request, agent, harness, outputs, run};
+
+const TOKEN: &str = "mcp-bearer-3f9a";
+
+async fn connect(mcp: &McpTestServer) -> McpServer {
+    McpServer::http("calc", mcp.url())
+        .bearer(TOKEN)
+        .connect()
+        .await
+        .expect("connects with the token")
+}
+
+#[tokio::test]
+async fn tools_are_listed_and_a_model_s_call_reaches_the_next_request() {
+    let mcp = McpTestServer::start_http(Some(TOKEN)).await;
+    let server = connect(&mcp).await;
+    assert_eq!(server.tool_names().len(), 7);
+    assert_eq!(server.pid(), None);
+    a_model_call_reaches_the_next_request(&server).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_an_init_error_that_names_the_server_and_not_the_token() {
+    let mcp = McpTestServer::start_http(Some(TOKEN)).await;
+    let error = McpServer::http("calc", mcp.url())
+        .bearer("wrong-token-77")
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "MCP_INIT_FAILED");
+    let message = error.to_string();
+    assert!(message.contains("`calc`"), "{message}");
+    assert!(!message.contains("wrong-token-77"), "{message}");
+    let builder = format!("{:?}", McpServer::http("calc", mcp.url()).bearer(TOKEN));
+    assert!(!builder.contains(TOKEN), "{builder}");
+}
+
+#[tokio::test]
+async fn an_expired_session_is_initialised_again_and_the_call_goes_through() {
+    let mcp = McpTestServer::start_http(Some(TOKEN)).await;
+    let server = connect(&mcp).await;
+    mcp.expire_sessions().await;
+    let sum = server
+        .call_tool("add", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(sum, json!({"sum": 3.0}));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stopped_server_is_the_call_s_error_output_and_the_run_goes_on() {
+    let mcp = McpTestServer::start_http(Some(TOKEN)).await;
+    let server = connect(&mcp).await;
+    mcp.stop();
+    drop(mcp);
+    let provider = MockServer::start().await;
+    provider.push(MockReply::function_call(
+        "c1",
+        "calc__add",
+        &json!({"a": 1, "b": 2}),
+    ));
+    provider.push(MockReply::answer("It is down."));
+    let harness = harness(&provider, &server);
+
+    assert_eq!(run(&harness, &agent(&server)).await.unwrap(), "It is down.");
+    let outputs = outputs(&provider.requests()[1]);
+    assert_eq!(outputs.len(), 1);
+    assert!(outputs[0].starts_with("Error: MCP"), "{}", outputs[0]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_run_mid_call_sends_the_server_a_cancel_notification() {
+    let mcp = McpTestServer::start_http(Some(TOKEN)).await;
+    let server = connect(&mcp).await;
+    let provider = MockServer::start().await;
+    provider.push(MockReply::function_call(
+        "c1",
+        "calc__slow",
+        &json!({"ms": 60_000}),
+    ));
+    let harness = harness(&provider, &server);
+    let ctx = harness.create_context(ContextOptions::new());
+    let agent = agent(&server);
+    let running = harness.run(&agent, "Go".to_owned(), &ctx);
+    tokio::pin!(running);
+    tokio::select! {
+        _ = &mut running => panic!("the run ended before the call started"),
+        () = mcp.wait_for_event(|event| event == "call slow") => {}
+    }
+    ctx.abort(Some("stop".to_owned()));
+    assert_eq!(running.await.unwrap_err().code(), "CANCELLED");
+    mcp.wait_for_event(|event| event.starts_with("notification cancelled"))
+        .await;
+    mcp.wait_for_event(|event| event == "cancelled slow").await;
+    server.shutdown().await;
+}

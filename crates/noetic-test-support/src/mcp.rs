@@ -1,0 +1,436 @@
+//! A small MCP server (rmcp's server side) for testing MCP clients: over stdio (the
+//! `noetic-mcp-test-server` binary of this crate, [`mcp_test_server_path`]) and over streamable HTTP
+//! on loopback ([`McpTestServer::start_http`]).
+//!
+//! Tools: `add {a, b}` (the sum as text, `{"sum": …}` as structured content), `fail` (a tool error
+//! result), `slow {ms}` (sleeps; notes a cancellation), `toggle` (adds or removes `extra` and sends
+//! `notifications/tools/list_changed`), `extra`, `env {name}` (the variable's value, or `<unset>`),
+//! `grandchild` (starts `sleep 300` and answers its pid), `die` (exits the process: stdio only).
+//! `tools/list` pages two tools at a time, so clients must follow the cursor.
+//!
+//! What the server observed (calls, cancellations) goes to its event log: in memory for the HTTP
+//! server ([`McpTestServer::events`]), and appended to the file `NOETIC_MCP_TEST_LOG` names for the
+//! stdio binary.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ContentBlock, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// How many tools one `tools/list` page holds.
+const PAGE_SIZE: usize = 2;
+/// The environment variable naming the stdio server's event log file.
+pub const MCP_TEST_LOG: &str = "NOETIC_MCP_TEST_LOG";
+
+fn object(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
+    Tool::new(name, description, object(schema))
+}
+
+fn base_tools() -> Vec<Tool> {
+    vec![
+        tool(
+            "add",
+            "Adds two numbers",
+            // `b` is checked by the server only: a call without it is the server's MCP error.
+            json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a"]}),
+        )
+        .with_raw_output_schema(object(json!({"type": "object",
+            "properties": {"sum": {"type": "number"}}, "required": ["sum"]}))),
+        tool("fail", "Always fails", json!({"type": "object"})),
+        tool(
+            "slow",
+            "Sleeps `ms` milliseconds",
+            json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+        ),
+        tool(
+            "toggle",
+            "Adds or removes the tool `extra`",
+            json!({"type": "object"}),
+        ),
+        tool(
+            "env",
+            "Reads an environment variable of the server",
+            json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+        ),
+        tool(
+            "grandchild",
+            "Starts a long-lived child process of the server",
+            json!({"type": "object"}),
+        ),
+        tool("die", "Exits the server process", json!({"type": "object"})),
+    ]
+}
+
+/// Where a server writes what it observed.
+#[derive(Clone, Default)]
+struct EventLog {
+    lines: Arc<Mutex<Vec<String>>>,
+    changed: Arc<Notify>,
+    file: Option<PathBuf>,
+}
+
+impl EventLog {
+    fn push(&self, line: String) {
+        if let Some(path) = &self.file
+            && let Ok(mut file) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+        {
+            let _ = writeln!(file, "{line}");
+        }
+        eprintln!("mcp test server: {line}");
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(line);
+        self.changed.notify_waiters();
+    }
+}
+
+/// The server's handler: its tools and event log, shared by every session.
+#[derive(Clone)]
+struct TestServer {
+    tools: Arc<Mutex<Vec<Tool>>>,
+    log: EventLog,
+}
+
+impl TestServer {
+    fn new(log: EventLog) -> Self {
+        TestServer {
+            tools: Arc::new(Mutex::new(base_tools())),
+            log,
+        }
+    }
+
+    fn tools(&self) -> std::sync::MutexGuard<'_, Vec<Tool>> {
+        self.tools
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn number(arguments: Option<&JsonObject>, key: &str) -> Result<f64, ErrorData> {
+    arguments
+        .and_then(|arguments| arguments.get(key))
+        .and_then(Value::as_f64)
+        .ok_or_else(|| ErrorData::invalid_params(format!("`{key}` must be a number"), None))
+}
+
+fn text(value: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(value.into())])
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("noetic-mcp-test-server", "0.1.0"))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let start = match request.and_then(|request| request.cursor) {
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .map_err(|_| ErrorData::invalid_params("bad cursor", None))?,
+            None => 0,
+        };
+        let tools = self.tools().clone();
+        let end = (start + PAGE_SIZE).min(tools.len());
+        let mut page = ListToolsResult::with_all_items(tools[start.min(end)..end].to_vec());
+        if end < tools.len() {
+            page.next_cursor = Some(end.to_string());
+        }
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        self.log.push(format!("call {name}"));
+        let arguments = request.arguments.as_ref();
+        let result = match name.as_str() {
+            "add" => {
+                let sum = number(arguments, "a")? + number(arguments, "b")?;
+                let mut result = text(sum.to_string());
+                result.structured_content = Some(json!({ "sum": sum }));
+                result
+            }
+            "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
+            "slow" => {
+                let millis = number(arguments, "ms")?;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(millis as u64)) => text(format!("slept {millis} ms")),
+                    () = context.ct.cancelled() => {
+                        self.log.push("cancelled slow".to_owned());
+                        return Err(ErrorData::internal_error("cancelled", None));
+                    }
+                }
+            }
+            "toggle" => {
+                let present = {
+                    let mut tools = self.tools();
+                    match tools.iter().position(|tool| tool.name == "extra") {
+                        Some(index) => {
+                            tools.remove(index);
+                            false
+                        }
+                        None => {
+                            tools.push(tool("extra", "Added by toggle", json!({"type": "object"})));
+                            true
+                        }
+                    }
+                };
+                let _ = context.peer.notify_tool_list_changed().await;
+                text(format!("extra present: {present}"))
+            }
+            "extra" if self.tools().iter().any(|tool| tool.name == "extra") => text("extra ran"),
+            "env" => {
+                let variable = arguments
+                    .and_then(|arguments| arguments.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                text(std::env::var(variable).unwrap_or_else(|_| "<unset>".to_owned()))
+            }
+            "grandchild" => {
+                let child = std::process::Command::new("sleep")
+                    .arg("300")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+                text(child.id().to_string())
+            }
+            "die" => std::process::exit(3),
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool named `{other}`"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        self.log.push(format!(
+            "notification cancelled: {}",
+            notification.reason.unwrap_or_default()
+        ));
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes stdin (the `noetic-mcp-test-server` binary).
+///
+/// # Errors
+/// When the client's initialize fails or the transport breaks.
+pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use rmcp::ServiceExt as _;
+    let log = EventLog {
+        file: std::env::var_os(MCP_TEST_LOG).map(PathBuf::from),
+        ..EventLog::default()
+    };
+    log.push("started".to_owned());
+    let running = TestServer::new(log.clone())
+        .serve(rmcp::transport::stdio())
+        .await?;
+    let reason = running.waiting().await?;
+    log.push(format!("quit: {reason:?}"));
+    Ok(())
+}
+
+/// The streamable HTTP test server on 127.0.0.1, requiring `Authorization: Bearer <token>` when
+/// given one. Stops when dropped.
+pub struct McpTestServer {
+    address: SocketAddr,
+    log: EventLog,
+    sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl std::fmt::Debug for McpTestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTestServer")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpTestServer {
+    /// Starts the server on a free loopback port; with `bearer`, requests without
+    /// `Authorization: Bearer <bearer>` get 401.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start_http(bearer: Option<&str>) -> McpTestServer {
+        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService,
+        };
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap_or_else(|error| panic!("mcp test server: cannot bind: {error}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|error| panic!("mcp test server: no address: {error}"));
+        let log = EventLog::default();
+        let server = TestServer::new(log.clone());
+        let sessions = Arc::new(LocalSessionManager::default());
+        let stop = tokio_util::sync::CancellationToken::new();
+        let service = StreamableHttpService::new(
+            move || Ok(server.clone()),
+            sessions.clone(),
+            StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
+        );
+        let expected = bearer.map(|token| format!("Bearer {token}"));
+        let router =
+            axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(
+                    move |request: axum::extract::Request, next: axum::middleware::Next| {
+                        let expected = expected.clone();
+                        async move {
+                            let given = request
+                                .headers()
+                                .get("authorization")
+                                .and_then(|value| value.to_str().ok());
+                            match &expected {
+                                Some(expected) if given != Some(expected.as_str()) => {
+                                    axum::response::IntoResponse::into_response(
+                                        axum::http::StatusCode::UNAUTHORIZED,
+                                    )
+                                }
+                                _ => next.run(request).await,
+                            }
+                        }
+                    },
+                ));
+        let until = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(until.cancelled_owned())
+                .await;
+        });
+        McpTestServer {
+            address,
+            log,
+            sessions,
+            stop,
+        }
+    }
+
+    /// The MCP endpoint, `http://127.0.0.1:PORT/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.address)
+    }
+
+    /// What the server observed so far (`call NAME`, `cancelled slow`, `notification cancelled: …`).
+    pub fn events(&self) -> Vec<String> {
+        self.log
+            .lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until an event satisfying `matches` is in the log.
+    pub async fn wait_for_event(&self, matches: impl Fn(&str) -> bool) {
+        loop {
+            let changed = self.log.changed.notified();
+            if self.events().iter().any(|line| matches(line)) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Forgets every session, as a server restart or a session timeout would: the next request
+    /// with an old session id gets 404.
+    pub async fn expire_sessions(&self) {
+        self.sessions.sessions.write().await.clear();
+    }
+
+    /// Stops serving.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl Drop for McpTestServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The path of the `noetic-mcp-test-server` binary (stdio), building it once when it is missing
+/// (a `cargo test` of one package does not build another package's binaries).
+///
+/// # Panics
+/// When it cannot be found or built.
+pub fn mcp_test_server_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap_or_else(|error| panic!("no current exe: {error}"));
+        // target/<profile>/deps/<test> → target/<profile>/noetic-mcp-test-server
+        let profile_dir = exe
+            .parent()
+            .and_then(std::path::Path::parent)
+            .unwrap_or_else(|| panic!("unexpected test binary path {}", exe.display()));
+        let path = profile_dir.join("noetic-mcp-test-server");
+        if !path.exists() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "noetic-test-support",
+                    "--bin",
+                    "noetic-mcp-test-server",
+                ])
+                .status()
+                .unwrap_or_else(|error| panic!("cannot run cargo to build the server: {error}"));
+            assert!(
+                status.success() && path.exists(),
+                "building noetic-mcp-test-server failed ({status}); expected at {}",
+                path.display()
+            );
+        }
+        path
+    })
+    .clone()
+}
