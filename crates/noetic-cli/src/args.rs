@@ -34,6 +34,10 @@ options:
   --shell-timeout-ms N      how long a shell command may run before its process group is killed
                             (default 30000)
   --shell-env NAME          pass the variable NAME on to shell commands too (repeatable)
+  --mcp NAME=COMMAND        (run, resume, chat) start the MCP server COMMAND (one argument, split like a
+                            shell) over stdio, and offer its tools to every model call as NAME__TOOL
+                            (repeatable); its environment is an allow-list (no API keys)
+  --mcp NAME=URL            the same for an MCP server at an http:// or https:// URL (streamable HTTP)
   --storage sqlite:PATH     (run, resume, chat) record durably in a SQLite file: `run` prints
                             `execution: ID` on stderr before the first model request; `chat` keeps
                             its --thread across restarts, first finishing a turn a crash cut
@@ -94,6 +98,8 @@ pub(crate) struct Options {
     pub(crate) lease_ttl: Option<Duration>,
     /// `--drain-ms N`: how long a signal lets the model rounds in flight finish.
     pub(crate) drain: Option<Duration>,
+    /// `--mcp NAME=COMMAND|URL`, each time given: (name, command line or URL).
+    pub(crate) mcp: Vec<(String, String)>,
 }
 
 /// Parses the arguments (without the program name).
@@ -172,6 +178,27 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                     return Err(format!("--shell-env needs a variable name, not `{name}`"));
                 }
                 options.shell_env.push(name);
+            }
+            "--mcp" => {
+                let raw = value("--mcp")?;
+                let (name, target) = raw
+                    .split_once('=')
+                    .filter(|(name, target)| !name.is_empty() && !target.trim().is_empty())
+                    .ok_or_else(|| {
+                        format!("--mcp must be NAME=COMMAND or NAME=URL, not `{raw}`")
+                    })?;
+                if !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
+                    return Err(format!(
+                        "--mcp: the server name `{name}` must be [A-Za-z0-9_-] (it prefixes its tools)"
+                    ));
+                }
+                if options.mcp.iter().any(|(known, _)| known == name) {
+                    return Err(format!("--mcp: the server name `{name}` is given twice"));
+                }
+                options.mcp.push((name.to_owned(), target.to_owned()));
             }
             "--jsonl" => jsonl = true,
             "--storage" => {

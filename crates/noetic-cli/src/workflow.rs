@@ -4,6 +4,7 @@ use noetic_core::workflow::{HydrateOptions, WorkflowDocument, WorkflowRegistry};
 use std::path::{Path, PathBuf};
 
 use noetic_core::{AgentHarness, CallModelDefaults, Environment, Error};
+use noetic_mcp::{McpCommand, McpServer};
 use noetic_platform_unix::{LocalFs, LocalShell};
 use serde_json::Value;
 
@@ -12,10 +13,38 @@ use crate::args::Options;
 use crate::provider::{Chosen, choose};
 use crate::tools::builtins;
 
-/// A harness running a workflow, and the provider it owns (the demo server lives as long as this).
+/// A harness running a workflow, and the provider it owns (the demo server lives as long as this), and
+/// the MCP servers it started (their process groups are killed when this drops).
 pub(crate) struct Setup {
     pub(crate) harness: AgentHarness,
     _demo: Option<noetic_providers::DemoModel>,
+    _mcp: Vec<McpServer>,
+}
+
+/// Starts (or reaches) every `--mcp` server, in order. A server that cannot start or initialise is a
+/// runtime error (exit 1, `error[MCP_…]` naming it); the ones already started are shut down.
+async fn connect_mcp(options: &Options) -> Result<Vec<McpServer>, Failure> {
+    let mut servers: Vec<McpServer> = Vec::with_capacity(options.mcp.len());
+    for (name, target) in &options.mcp {
+        let builder = if target.starts_with("http://") || target.starts_with("https://") {
+            Ok(McpServer::http(name.clone(), target.clone()))
+        } else {
+            McpCommand::parse(name, target).map(|command| McpServer::stdio(name.clone(), command))
+        };
+        match builder {
+            Ok(builder) => match builder.connect().await {
+                Ok(server) => servers.push(server),
+                Err(error) => {
+                    for server in &servers {
+                        server.shutdown().await;
+                    }
+                    return Err(Failure::Runtime(error.into()));
+                }
+            },
+            Err(error) => return Err(Failure::Usage(format!("--mcp {name}: {error}"))),
+        }
+    }
+    Ok(servers)
 }
 
 /// An invalid workflow is a usage error (exit 2) whose message names the file and the JSON pointer.
@@ -95,6 +124,7 @@ pub(crate) async fn setup_document(
     // only known once the provider is chosen.
     hydrate_with(document, &registry, Some(PLACEHOLDER_MODEL.to_owned()))
         .map_err(|error| invalid(flow, &error))?;
+    let mcp = connect_mcp(options).await?;
     let Chosen {
         name,
         provider,
@@ -121,8 +151,17 @@ pub(crate) async fn setup_document(
     if let Some(ttl) = options.lease_ttl {
         builder = builder.lease_ttl(ttl);
     }
+    for server in &mcp {
+        builder = builder
+            .tools_from(server.clone())
+            .connection(server.clone());
+    }
     let harness = builder.build()?;
-    Ok(Setup { harness, _demo })
+    Ok(Setup {
+        harness,
+        _demo,
+        _mcp: mcp,
+    })
 }
 
 /// `noetic validate`: check the file and print its step tree.

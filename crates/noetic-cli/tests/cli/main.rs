@@ -11,6 +11,7 @@ mod durable;
 mod durable_chat;
 mod examples;
 mod invalid;
+mod mcp;
 mod otel;
 mod run;
 mod signals;

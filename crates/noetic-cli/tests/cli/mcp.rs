@@ -1,0 +1,132 @@
+//! `--mcp NAME=COMMAND` / `--mcp NAME=URL`: an MCP server's tools offered to every model call as
+//! `NAME__TOOL`, against the real test MCP server (a child process of the CLI, or HTTP on loopback).
+
+use noetic_test_support::mcp::{McpTestServer, mcp_test_server_path};
+use noetic_test_support::{MockReply, MockServer, RecordedHttpRequest};
+use serde_json::{Value, json};
+
+use crate::{TempDir, args, call_reply, mock_options, run_noetic};
+
+/// A one-node workflow with no tools of its own: the MCP server's come from `--mcp`.
+fn flow() -> Value {
+    json!({"version": 1, "root": {"kind": "callModel", "id": "calculator",
+        "instructions": "Use the calculator."}})
+}
+
+/// Answers with the output of the last tool call: the final answer carries what the tool computed.
+fn answer_with_tool_output(request: &RecordedHttpRequest) -> MockReply {
+    let output = request.body["input"]
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .rev()
+                .find(|item| item["type"] == "function_call_output")
+        })
+        .map(|item| item["output"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    MockReply::answer(&format!("The tool said {output}"))
+}
+
+fn server_command() -> String {
+    format!("calc={}", mcp_test_server_path().display())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_with_an_mcp_server_returns_the_tool_s_sum_in_the_final_answer() {
+    let provider = MockServer::start().await;
+    provider.push(call_reply("calc__add", &json!({"a": 19, "b": 23})));
+    provider.set_responder(answer_with_tool_output);
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let command = server_command();
+
+    let finished = run_noetic(
+        args(
+            &["run", &flow, "What is 19 + 23?", "--mcp", &command],
+            &mock_options(&provider),
+        ),
+        "",
+    )
+    .await;
+
+    finished.assert_code(0);
+    assert_eq!(finished.stdout, "The tool said {\"sum\":42.0}\n");
+    let first = &provider.requests()[0];
+    let offered: Vec<&str> = first.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert!(offered.contains(&"calc__add"), "{offered:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_mcp_server_works_the_same() {
+    let mcp = McpTestServer::start_http(None).await;
+    let provider = MockServer::start().await;
+    provider.push(call_reply("web__add", &json!({"a": 1, "b": 2})));
+    provider.set_responder(answer_with_tool_output);
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let target = format!("web={}", mcp.url());
+
+    let finished = run_noetic(
+        args(
+            &["run", &flow, "1 + 2?", "--mcp", &target],
+            &mock_options(&provider),
+        ),
+        "",
+    )
+    .await;
+
+    finished.assert_code(0);
+    assert_eq!(finished.stdout, "The tool said {\"sum\":3.0}\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_cannot_start_or_initialise_exits_1_naming_it_before_any_request() {
+    let provider = MockServer::start().await;
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    for (target, code) in [
+        (
+            "calc=/nonexistent/mcp-server",
+            "error[MCP_SPAWN_FAILED]: MCP server `calc`",
+        ),
+        (
+            "calc=sh -c 'exit 3'",
+            "error[MCP_INIT_FAILED]: MCP server `calc`",
+        ),
+    ] {
+        let finished = run_noetic(
+            args(
+                &["run", &flow, "hi", "--mcp", target],
+                &mock_options(&provider),
+            ),
+            "",
+        )
+        .await;
+        finished.assert_code(1);
+        assert!(finished.stderr.contains(code), "{}", finished.stderr);
+    }
+    assert_eq!(provider.request_count(), 0);
+
+    let finished = run_noetic(
+        args(
+            &["run", &flow, "hi", "--mcp", "calc"],
+            &mock_options(&provider),
+        ),
+        "",
+    )
+    .await;
+    finished.assert_code(2);
+    assert!(
+        finished
+            .stderr
+            .contains("--mcp must be NAME=COMMAND or NAME=URL"),
+        "{}",
+        finished.stderr
+    );
+}
