@@ -396,40 +396,29 @@ impl Drop for McpTestServer {
     }
 }
 
-/// The path of the `noetic-mcp-test-server` binary (stdio), building it once when it is missing
-/// (a `cargo test` of one package does not build another package's binaries).
+/// The path of the `noetic-mcp-test-server` binary (stdio), next to the running test binary's
+/// directory. `cargo test --workspace` builds it (this package's integration test needs it); a test
+/// run of one other package does not build another package's binaries, so there it must have been
+/// built before (`cargo build -p noetic-test-support --bin noetic-mcp-test-server`).
 ///
 /// # Panics
-/// When it cannot be found or built.
+/// When it is not there, saying how to build it.
 pub fn mcp_test_server_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let exe = std::env::current_exe().unwrap_or_else(|error| panic!("no current exe: {error}"));
-        // target/<profile>/deps/<test> → target/<profile>/noetic-mcp-test-server
+        // target/<profile>/deps/<test> (or examples/<example>) → target/<profile>/noetic-mcp-test-server
         let profile_dir = exe
             .parent()
             .and_then(std::path::Path::parent)
             .unwrap_or_else(|| panic!("unexpected test binary path {}", exe.display()));
         let path = profile_dir.join("noetic-mcp-test-server");
-        if !path.exists() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = std::process::Command::new(cargo)
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "noetic-test-support",
-                    "--bin",
-                    "noetic-mcp-test-server",
-                ])
-                .status()
-                .unwrap_or_else(|error| panic!("cannot run cargo to build the server: {error}"));
-            assert!(
-                status.success() && path.exists(),
-                "building noetic-mcp-test-server failed ({status}); expected at {}",
-                path.display()
-            );
-        }
+        assert!(
+            path.exists(),
+            "{} is missing: run `cargo test --workspace`, or build it first with \
+             `cargo build -p noetic-test-support --bin noetic-mcp-test-server`",
+            path.display()
+        );
         path
     })
     .clone()
