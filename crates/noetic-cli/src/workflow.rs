@@ -3,7 +3,8 @@
 use noetic_core::workflow::{HydrateOptions, WorkflowDocument, WorkflowRegistry};
 use std::path::{Path, PathBuf};
 
-use noetic_core::{AgentHarness, CallModelDefaults, Environment, Error};
+use noetic_core::workflow::ConnectionKind;
+use noetic_core::{AgentHarness, CallModelDefaults, Environment, Error, ToolSource};
 use noetic_mcp::{McpCommand, McpServer};
 use noetic_platform_unix::{LocalFs, LocalShell};
 use serde_json::Value;
@@ -21,30 +22,87 @@ pub(crate) struct Setup {
     _mcp: Vec<McpServer>,
 }
 
-/// Starts (or reaches) every `--mcp` server, in order. A server that cannot start or initialise is a
-/// runtime error (exit 1, `error[MCP_…]` naming it); the ones already started are shut down.
-async fn connect_mcp(options: &Options) -> Result<Vec<McpServer>, Failure> {
-    let mut servers: Vec<McpServer> = Vec::with_capacity(options.mcp.len());
+/// The MCP servers of a run: `--mcp` ones (offered to every model call) and the document's declared
+/// `connections` (offered where a `callModel` names them).
+struct McpServers {
+    everywhere: Vec<McpServer>,
+    declared: Vec<McpServer>,
+}
+
+/// Starts (or reaches) every `--mcp` server, then every server `document` declares, in order. A
+/// server that cannot start or initialise is a runtime error (exit 1, `error[MCP_…]` naming it); the
+/// ones already started are shut down.
+async fn connect_mcp(
+    options: &Options,
+    document: &WorkflowDocument,
+) -> Result<McpServers, Failure> {
+    let mut builders = Vec::new();
     for (name, target) in &options.mcp {
         let builder = if target.starts_with("http://") || target.starts_with("https://") {
-            Ok(McpServer::http(name.clone(), target.clone()))
+            McpServer::http(name.clone(), target.clone())
         } else {
-            McpCommand::parse(name, target).map(|command| McpServer::stdio(name.clone(), command))
+            McpCommand::parse(name, target)
+                .map(|command| McpServer::stdio(name.clone(), command))
+                .map_err(|error| Failure::Usage(format!("--mcp {name}: {error}")))?
         };
-        match builder {
-            Ok(builder) => match builder.connect().await {
-                Ok(server) => servers.push(server),
-                Err(error) => {
-                    for server in &servers {
-                        server.shutdown().await;
-                    }
-                    return Err(Failure::Runtime(error.into()));
+        builders.push((true, builder));
+    }
+    for declared in document.connections.iter().flatten() {
+        let ConnectionKind::Mcp(declaration) = &declared.kind else {
+            continue;
+        };
+        if options.mcp.iter().any(|(name, _)| *name == declared.name) {
+            return Err(Failure::Usage(format!(
+                "--mcp {0}: the workflow declares a connection `{0}` too",
+                declared.name
+            )));
+        }
+        let builder = McpServer::declared(declared.name.clone(), declaration)
+            .map_err(|error| Failure::Usage(format!("connection `{}`: {error}", declared.name)))?;
+        builders.push((false, builder));
+    }
+    let mut servers = McpServers {
+        everywhere: Vec::new(),
+        declared: Vec::new(),
+    };
+    for (everywhere, builder) in builders {
+        match builder.connect().await {
+            Ok(server) if everywhere => servers.everywhere.push(server),
+            Ok(server) => servers.declared.push(server),
+            Err(error) => {
+                for server in servers.everywhere.iter().chain(&servers.declared) {
+                    server.shutdown().await;
                 }
-            },
-            Err(error) => return Err(Failure::Usage(format!("--mcp {name}: {error}"))),
+                return Err(Failure::Runtime(error.into()));
+            }
         }
     }
     Ok(servers)
+}
+
+/// A connection the document declares, before it is connected: no tools yet. Validation hydrates
+/// against these, so a reference to a declared connection checks without starting anything.
+struct Declared(String);
+
+impl ToolSource for Declared {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn tools(&self) -> std::sync::Arc<[noetic_core::Tool]> {
+        std::sync::Arc::from(Vec::new())
+    }
+}
+
+/// `registry` with a placeholder for every connection `document` declares.
+fn with_declared(registry: WorkflowRegistry, document: &WorkflowDocument) -> WorkflowRegistry {
+    document
+        .connections
+        .iter()
+        .flatten()
+        .fold(registry, |registry, connection| {
+            registry.tool_source(connection.name.clone(), Declared(connection.name.clone()))
+        })
 }
 
 /// An invalid workflow is a usage error (exit 2) whose message names the file and the JSON pointer.
@@ -119,12 +177,19 @@ pub(crate) async fn setup_document(
 ) -> Result<Setup, Failure> {
     let (environment, fs_root) = environment(options)?;
     let registry = registry(fs_root.as_deref(), options.allow_shell);
-    // Validate before choosing the provider: an invalid workflow must not start the demo model or
-    // touch the network. The placeholder model lets nodes without one hydrate; the real default is
-    // only known once the provider is chosen.
-    hydrate_with(document, &registry, Some(PLACEHOLDER_MODEL.to_owned()))
-        .map_err(|error| invalid(flow, &error))?;
-    let mcp = connect_mcp(options).await?;
+    // Validate before choosing the provider: an invalid workflow must not start the demo model, an
+    // MCP server, or touch the network. The placeholder model lets nodes without one hydrate; the real
+    // default is only known once the provider is chosen.
+    hydrate_with(
+        document,
+        &with_declared(registry.clone(), document),
+        Some(PLACEHOLDER_MODEL.to_owned()),
+    )
+    .map_err(|error| invalid(flow, &error))?;
+    let mcp = connect_mcp(options, document).await?;
+    let registry = mcp.declared.iter().fold(registry, |registry, server| {
+        registry.tool_source(server.name().to_owned(), server.clone())
+    });
     let Chosen {
         name,
         provider,
@@ -151,16 +216,19 @@ pub(crate) async fn setup_document(
     if let Some(ttl) = options.lease_ttl {
         builder = builder.lease_ttl(ttl);
     }
-    for server in &mcp {
-        builder = builder
-            .tools_from(server.clone())
-            .connection(server.clone());
+    for server in &mcp.everywhere {
+        builder = builder.tools_from(server.clone());
+    }
+    for server in mcp.everywhere.iter().chain(&mcp.declared) {
+        builder = builder.connection(server.clone());
     }
     let harness = builder.build()?;
+    let mut servers = mcp.everywhere;
+    servers.extend(mcp.declared);
     Ok(Setup {
         harness,
         _demo,
-        _mcp: mcp,
+        _mcp: servers,
     })
 }
 
@@ -168,7 +236,7 @@ pub(crate) async fn setup_document(
 pub(crate) fn validate(flow: &str) -> Result<(), Failure> {
     let document = read(flow)?;
     // Validation does not need a real model: a placeholder lets nodes without one hydrate.
-    let every_tool = registry(Some(Path::new("/")), true);
+    let every_tool = with_declared(registry(Some(Path::new("/")), true), &document);
     hydrate_with(&document, &every_tool, Some(PLACEHOLDER_MODEL.to_owned()))
         .map_err(|error| invalid(flow, &error))?;
     let mut tree = String::new();

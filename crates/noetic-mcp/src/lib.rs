@@ -346,6 +346,45 @@ impl McpServer {
         )
     }
 
+    /// The server a JSON workflow declares (`"connections": {"<name>": {"type": "mcp", …}}`): its
+    /// `command` (stdio, with `passEnv`) or `url`, and its `allowTools` / `denyTools`.
+    ///
+    /// # Errors
+    /// [`McpError::Config`] when the declaration names neither or both of `command` and `url`.
+    pub fn declared(
+        name: impl Into<String>,
+        declaration: &noetic_core::workflow::McpDecl,
+    ) -> Result<McpServerBuilder, McpError> {
+        let name = name.into();
+        let builder = match (&declaration.command, &declaration.url) {
+            (Some(command), None) => {
+                let Some((program, args)) = command.split_first() else {
+                    return Err(McpError::Config {
+                        server: name,
+                        message: "`command` is empty".to_owned(),
+                    });
+                };
+                let command = declaration.pass_env.iter().fold(
+                    McpCommand::new(program.clone()).args(args),
+                    |command, variable| command.pass_env(variable.clone()),
+                );
+                McpServer::stdio(name, command)
+            }
+            (None, Some(url)) => McpServer::http(name, url.clone()),
+            _ => {
+                return Err(McpError::Config {
+                    server: name,
+                    message: "declare exactly one of `command` and `url`".to_owned(),
+                });
+            }
+        };
+        let builder = match &declaration.allow_tools {
+            Some(allowed) => builder.allow_tools(allowed.iter().cloned()),
+            None => builder,
+        };
+        Ok(builder.deny_tools(declaration.deny_tools.iter().cloned()))
+    }
+
     /// The server's name (the connection's name, and the prefix of its tools' names).
     pub fn name(&self) -> &str {
         &self.inner.name

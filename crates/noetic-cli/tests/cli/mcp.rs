@@ -130,3 +130,62 @@ async fn a_server_that_cannot_start_or_initialise_exits_1_naming_it_before_any_r
         finished.stderr
     );
 }
+
+/// A workflow declaring the server under `connections` and offering it to its `callModel` by name.
+fn declaring(command: &[String]) -> Value {
+    json!({"version": 1,
+        "connections": {"calc": {"type": "mcp", "command": command, "allowTools": ["add"]}},
+        "root": {"kind": "callModel", "id": "calculator", "instructions": "Use the calculator.",
+            "tools": [{"type": "calc"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_declaring_an_mcp_connection_offers_its_tools_where_named() {
+    let provider = MockServer::start().await;
+    provider.push(call_reply("calc__add", &json!({"a": 40, "b": 2})));
+    provider.set_responder(answer_with_tool_output);
+    let dir = TempDir::new();
+    let server = mcp_test_server_path().display().to_string();
+    let flow = dir.write("flow.json", &declaring(&[server]));
+
+    let finished = run_noetic(
+        args(&["run", &flow, "40 + 2?"], &mock_options(&provider)),
+        "",
+    )
+    .await;
+
+    finished.assert_code(0);
+    assert_eq!(finished.stdout, "The tool said {\"sum\":42.0}\n");
+    // `allowTools` kept the rest of the server's tools out.
+    let offered: Vec<String> = provider.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(offered, ["calc__add"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validate_accepts_a_declared_connection_without_starting_it() {
+    let dir = TempDir::new();
+    let flow = dir.write(
+        "flow.json",
+        &declaring(&["/nonexistent/mcp-server".to_owned()]),
+    );
+    let finished = run_noetic(["validate", flow.as_str()], "").await;
+    finished.assert_code(0);
+    assert!(finished.stdout.contains("valid"), "{}", finished.stdout);
+
+    // A tool entry naming neither a tool nor a declared connection is invalid at its pointer.
+    let mut document = declaring(&["/nonexistent/mcp-server".to_owned()]);
+    document["root"]["tools"][0]["type"] = json!("kalk");
+    let flow = dir.write("typo.json", &document);
+    let finished = run_noetic(["validate", flow.as_str()], "").await;
+    finished.assert_code(2);
+    assert!(
+        finished.stderr.contains("/root/tools/0/type") && finished.stderr.contains("`calc`"),
+        "{}",
+        finished.stderr
+    );
+}

@@ -33,8 +33,47 @@ pub struct WorkflowDocument {
     /// The optional top-level `$schema` URI. The original's example documents carry one although its
     /// schema does not list it; it is accepted, kept and written back, and means nothing else.
     pub schema: Option<String>,
+    /// The connections the document declares (`connections`, our extension of the original's
+    /// format), in name order; `None` when the field is absent. The host connects them (the `noetic`
+    /// CLI starts MCP servers) and registers each with [`super::WorkflowRegistry::tool_source`] under
+    /// its name, so a `callModel` tool entry `{"type": "<name>"}` offers that connection's tools.
+    pub connections: Option<Vec<ConnectionDecl>>,
     /// The root node.
     pub root: WorkflowNode,
+}
+
+/// A connection a document declares: `"connections": {"<name>": {"type": "mcp", …}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectionDecl {
+    /// Its name (`[A-Za-z0-9_-]`): the key in `connections`, and what tool entries reference.
+    pub name: String,
+    /// What it is.
+    pub kind: ConnectionKind,
+}
+
+/// The kinds of declared connection.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ConnectionKind {
+    /// `{"type": "mcp", "command": [..] | "url": "..", "passEnv"?, "allowTools"?, "denyTools"?}`: a
+    /// Model Context Protocol server, started as a child process (stdio) or reached over streamable
+    /// HTTP; exactly one of `command` and `url`.
+    Mcp(McpDecl),
+}
+
+/// An MCP server's declaration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct McpDecl {
+    /// `command`: the program and its arguments (a stdio server).
+    pub command: Option<Vec<String>>,
+    /// `url`: the server's MCP endpoint (`http://` or `https://`; streamable HTTP).
+    pub url: Option<String>,
+    /// `passEnv`: host variables passed on to a stdio server besides the default allow-list.
+    pub pass_env: Vec<String>,
+    /// `allowTools`: when present, only these tools are offered.
+    pub allow_tools: Option<Vec<String>>,
+    /// `denyTools`: tools never offered.
+    pub deny_tools: Vec<String>,
 }
 
 /// One node of a workflow: a step of the kind named by its `kind` field.
@@ -82,7 +121,9 @@ pub struct CallModelNode {
     pub output: Option<OutputCodecNode>,
 }
 
-/// An entry of a `callModel`'s `tools`: `{ "type": <tool name>, "parameters"?: {..} }`.
+/// An entry of a `callModel`'s `tools`: `{ "type": <tool name>, "parameters"?: {..} }`. The name may
+/// also be a connection's (a [`ConnectionDecl`], or a tool source registered under that name): the entry
+/// then offers all of that connection's tools.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolRef {
     /// The registered tool's name.
@@ -359,6 +400,7 @@ impl WorkflowDocument {
         WorkflowDocument {
             version: WORKFLOW_VERSION,
             schema: None,
+            connections: None,
             root,
         }
     }

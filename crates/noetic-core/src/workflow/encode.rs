@@ -7,8 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::document::{
-    BackoffKind, MergeStrategy, ModelParamsNode, ParallelMode, RetryNode, ScheduleErrorMode,
-    ToolRef, UntilPredicate, WorkflowDocument, WorkflowNode,
+    BackoffKind, ConnectionKind, MergeStrategy, ModelParamsNode, ParallelMode, RetryNode,
+    ScheduleErrorMode, ToolRef, UntilPredicate, WorkflowDocument, WorkflowNode,
 };
 
 impl WorkflowDocument {
@@ -19,6 +19,13 @@ impl WorkflowDocument {
             map.insert("$schema".to_owned(), Value::from(schema.as_str()));
         }
         map.insert("version".to_owned(), Value::from(self.version));
+        if let Some(connections) = &self.connections {
+            let declared: Map<String, Value> = connections
+                .iter()
+                .map(|connection| (connection.name.clone(), connection.kind.to_value()))
+                .collect();
+            map.insert("connections".to_owned(), Value::Object(declared));
+        }
         map.insert("root".to_owned(), self.root.to_value());
         Value::Object(map)
     }
@@ -127,6 +134,33 @@ impl WorkflowNode {
             }
         }
         Value::Object(map)
+    }
+}
+
+impl ConnectionKind {
+    fn to_value(&self) -> Value {
+        match self {
+            ConnectionKind::Mcp(mcp) => {
+                let mut map = Map::new();
+                map.insert("type".to_owned(), Value::from("mcp"));
+                if let Some(command) = &mcp.command {
+                    map.insert("command".to_owned(), json!(command));
+                }
+                if let Some(url) = &mcp.url {
+                    map.insert("url".to_owned(), Value::from(url.as_str()));
+                }
+                if !mcp.pass_env.is_empty() {
+                    map.insert("passEnv".to_owned(), json!(mcp.pass_env));
+                }
+                if let Some(allow) = &mcp.allow_tools {
+                    map.insert("allowTools".to_owned(), json!(allow));
+                }
+                if !mcp.deny_tools.is_empty() {
+                    map.insert("denyTools".to_owned(), json!(mcp.deny_tools));
+                }
+                Value::Object(map)
+            }
+        }
     }
 }
 

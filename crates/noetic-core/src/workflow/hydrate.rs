@@ -274,6 +274,7 @@ impl Hydrator {
             }
         };
         let mut tools = Vec::new();
+        let mut sources = Vec::new();
         let tools_path = join(path, "tools");
         for (index, tool) in node.tools.iter().flatten().enumerate() {
             let entry_path = join(&tools_path, &index.to_string());
@@ -283,7 +284,20 @@ impl Hydrator {
                     "tool parameters are not supported (tools are referenced by registered name)",
                 ));
             }
-            tools.push(self.tool(&tool.name, &join(&entry_path, "type"))?);
+            let name_path = join(&entry_path, "type");
+            match self.registry.tool_source_named(&tool.name) {
+                Some(_) if self.has_tool(&tool.name) => {
+                    return Err(invalid(
+                        name_path,
+                        format!(
+                            "`{}` names both a tool and a connection; rename one of them",
+                            tool.name
+                        ),
+                    ));
+                }
+                Some(source) => sources.push(source.clone()),
+                None => tools.push(self.tool(&tool.name, &name_path)?),
+            }
         }
         let mut params = ModelParams::default();
         if let Some(given) = &node.params {
@@ -292,13 +306,15 @@ impl Hydrator {
             params.max_output_tokens = given.max_tokens;
             params.stop = given.stop_sequences.clone().unwrap_or_default();
         }
-        Ok(erase(
-            call_model(node.id.as_str())
-                .model(model)
-                .instructions(node.instructions.as_str())
-                .tools(tools)
-                .params(params),
-        ))
+        let mut builder = call_model(node.id.as_str())
+            .model(model)
+            .instructions(node.instructions.as_str())
+            .tools(tools)
+            .params(params);
+        for source in sources {
+            builder = builder.tools_from(source);
+        }
+        Ok(erase(builder))
     }
 
     fn run_code(&self, node: &RunCodeNode, path: &str) -> Result<WorkflowStep> {
@@ -406,6 +422,11 @@ impl Hydrator {
         })
     }
 
+    fn has_tool(&self, name: &str) -> bool {
+        self.registry.tool_named(name).is_some()
+            || self.extra_tools.iter().any(|tool| tool.name() == name)
+    }
+
     fn tool(&self, name: &str, path: &str) -> Result<Tool> {
         self.registry
             .tool_named(name)
@@ -416,7 +437,16 @@ impl Hydrator {
                     .registry
                     .tool_names()
                     .chain(self.extra_tools.iter().map(Tool::name));
-                invalid(path, format!("unknown tool `{name}` ({})", known(names)))
+                let mut message = format!("unknown tool `{name}` ({})", known(names));
+                let connections: Vec<String> = self
+                    .registry
+                    .tool_source_names()
+                    .map(|name| format!("`{name}`"))
+                    .collect();
+                if !connections.is_empty() {
+                    message.push_str(&format!("; connections: {}", connections.join(", ")));
+                }
+                invalid(path, message)
             })
     }
 

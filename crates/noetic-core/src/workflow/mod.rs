@@ -69,10 +69,11 @@ mod predicates;
 mod registry;
 
 pub use document::{
-    BackoffKind, CallModelNode, ConditionalNode, InParallelNode, InvokeToolNode, LoopNode,
-    MergeStrategy, ModelParamsNode, OutputCodecNode, ParallelMode, RetryNode, Route, RunCodeNode,
-    ScheduleErrorMode, ScheduleNode, SequenceNode, SpawnNode, SubflowNode, ToolRef, UntilPredicate,
-    WORKFLOW_VERSION, WithContextNode, WorkflowDocument, WorkflowNode,
+    BackoffKind, CallModelNode, ConditionalNode, ConnectionDecl, ConnectionKind, InParallelNode,
+    InvokeToolNode, LoopNode, McpDecl, MergeStrategy, ModelParamsNode, OutputCodecNode,
+    ParallelMode, RetryNode, Route, RunCodeNode, ScheduleErrorMode, ScheduleNode, SequenceNode,
+    SpawnNode, SubflowNode, ToolRef, UntilPredicate, WORKFLOW_VERSION, WithContextNode,
+    WorkflowDocument, WorkflowNode,
 };
 pub use hydrate::WorkflowStep;
 pub use registry::{HydrateOptions, WorkflowRegistry};

@@ -9,10 +9,11 @@
 use serde_json::Value;
 
 use super::document::{
-    BackoffKind, CallModelNode, ConditionalNode, InParallelNode, InvokeToolNode, LoopNode,
-    MergeStrategy, ModelParamsNode, OutputCodecNode, ParallelMode, RetryNode, Route, RunCodeNode,
-    ScheduleErrorMode, ScheduleNode, SequenceNode, SpawnNode, SubflowNode, ToolRef, UntilPredicate,
-    WORKFLOW_VERSION, WithContextNode, WorkflowDocument, WorkflowNode,
+    BackoffKind, CallModelNode, ConditionalNode, ConnectionDecl, ConnectionKind, InParallelNode,
+    InvokeToolNode, LoopNode, McpDecl, MergeStrategy, ModelParamsNode, OutputCodecNode,
+    ParallelMode, RetryNode, Route, RunCodeNode, ScheduleErrorMode, ScheduleNode, SequenceNode,
+    SpawnNode, SubflowNode, ToolRef, UntilPredicate, WORKFLOW_VERSION, WithContextNode,
+    WorkflowDocument, WorkflowNode,
 };
 use super::fields::{
     Fields, Min, choice, invalid, items, join, non_empty, number, object, positive_integer, string,
@@ -55,7 +56,7 @@ pub(crate) fn document(value: &Value, path: &str) -> Result<WorkflowDocument> {
         path,
         "a workflow document (an object with `version` and `root`)",
     )?;
-    fields.only(&["$schema", "version", "root"])?;
+    fields.only(&["$schema", "version", "connections", "root"])?;
     let (version, version_path) = fields.required("version")?;
     match version.as_f64() {
         Some(number) if number == WORKFLOW_VERSION as f64 => {}
@@ -73,11 +74,79 @@ pub(crate) fn document(value: &Value, path: &str) -> Result<WorkflowDocument> {
         }
     }
     let schema = fields.optional("$schema", string)?;
+    let connections = fields.optional("connections", connections)?;
     let (root, root_path) = fields.required("root")?;
     Ok(WorkflowDocument {
         version: WORKFLOW_VERSION,
         schema,
+        connections,
         root: node(root, &root_path)?,
+    })
+}
+
+/// `connections`: an object of declarations keyed by name.
+fn connections(value: &Value, path: &str) -> Result<Vec<ConnectionDecl>> {
+    let declared = object(value, path)?;
+    declared
+        .iter()
+        .map(|(name, declaration)| {
+            let path = join(path, name);
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(invalid(
+                    path,
+                    format!("a connection's name must be non-empty `[A-Za-z0-9_-]`, not `{name}`"),
+                ));
+            }
+            let fields = Fields::new(declaration, &path, "a connection (an object with `type`)")?;
+            let (kind, kind_path) = fields.required("type")?;
+            // The only kind so far.
+            choice(kind, &kind_path, &["mcp"])?;
+            Ok(ConnectionDecl {
+                name: name.clone(),
+                kind: ConnectionKind::Mcp(mcp(&fields)?),
+            })
+        })
+        .collect()
+}
+
+fn mcp(fields: &Fields<'_>) -> Result<McpDecl> {
+    fields.only(&[
+        "type",
+        "command",
+        "url",
+        "passEnv",
+        "allowTools",
+        "denyTools",
+    ])?;
+    let strings = |value: &Value, path: &str| items(value, path, 0, non_empty);
+    let command = fields.optional("command", |value, path| items(value, path, 1, non_empty))?;
+    let url = fields.optional("url", |value, path| {
+        let url = non_empty(value, path)?;
+        if url.starts_with("http://") || url.starts_with("https://") {
+            Ok(url)
+        } else {
+            Err(invalid(
+                path,
+                format!("expected an http:// or https:// URL, got `{url}`"),
+            ))
+        }
+    })?;
+    if command.is_some() == url.is_some() {
+        return Err(invalid(
+            fields.path,
+            "an MCP connection needs exactly one of `command` (stdio) and `url` (streamable HTTP)",
+        ));
+    }
+    Ok(McpDecl {
+        command,
+        url,
+        pass_env: fields.optional("passEnv", strings)?.unwrap_or_default(),
+        allow_tools: fields.optional("allowTools", strings)?,
+        deny_tools: fields.optional("denyTools", strings)?.unwrap_or_default(),
     })
 }
 

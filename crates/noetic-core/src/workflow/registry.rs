@@ -14,7 +14,7 @@ use crate::context::Context;
 use crate::error::BoxError;
 use crate::layer::ContextLayer;
 use crate::step::{RetryPolicy, Step, run_code};
-use crate::tool::Tool;
+use crate::tool::{Tool, ToolSource};
 
 /// Makes a `run_code` step with the given id and retry policy from a registered code body.
 pub(crate) type CodeFactory = dyn Fn(
@@ -53,6 +53,7 @@ pub struct WorkflowRegistry {
     layers: BTreeMap<String, Arc<dyn ContextLayer>>,
     documents: BTreeMap<String, Arc<WorkflowDocument>>,
     subprocesses: BTreeMap<String, Arc<dyn SubprocessAdapter>>,
+    tool_sources: BTreeMap<String, Arc<dyn ToolSource>>,
     options: HydrateOptions,
 }
 
@@ -142,6 +143,22 @@ impl WorkflowRegistry {
     pub fn subprocess(mut self, name: impl Into<String>, adapter: impl SubprocessAdapter) -> Self {
         self.subprocesses.insert(name.into(), Arc::new(adapter));
         self
+    }
+
+    /// Registers a tool source under `name` (a connection the document declares, say: an MCP
+    /// server): a `callModel` tool entry `{"type": "<name>"}` offers its current tools.
+    pub fn tool_source(mut self, name: impl Into<String>, source: impl ToolSource) -> Self {
+        self.tool_sources.insert(name.into(), Arc::new(source));
+        self
+    }
+
+    /// The tool source registered under `name`.
+    pub fn tool_source_named(&self, name: &str) -> Option<&Arc<dyn ToolSource>> {
+        self.tool_sources.get(name)
+    }
+
+    pub(crate) fn tool_source_names(&self) -> impl Iterator<Item = &str> {
+        self.tool_sources.keys().map(String::as_str)
     }
 
     /// Registers a document under `name` (for `subflow.ref`).
@@ -237,6 +254,10 @@ impl fmt::Debug for WorkflowRegistry {
             .field(
                 "subprocesses",
                 &self.subprocesses.keys().collect::<Vec<_>>(),
+            )
+            .field(
+                "tool_sources",
+                &self.tool_sources.keys().collect::<Vec<_>>(),
             )
             .field("options", &self.options)
             .finish()

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bad_bytes;
+mod connections;
 mod harness;
 mod invalid;
 mod judge;
