@@ -218,3 +218,19 @@ fn the_otel_example_exports_the_span_tree_to_its_receiver() {
     );
     assert!(at("      execute_tool search gen_ai.tool.name=search") > root);
 }
+
+#[test]
+fn the_mcp_example_offers_the_server_s_tool_and_the_model_s_call_reaches_it() {
+    let (stdout, stderr) = run_example("mcp", &[]);
+    assert!(stderr.contains("offline demo model"), "{stderr}");
+    assert!(stdout.contains(r#"offered tools: ["echo"]"#), "{stdout}");
+    assert!(
+        stdout.contains(r#"add(19, 23) called directly: {"sum":42.0}"#),
+        "{stdout}"
+    );
+    // The demo model called `demo__echo` with the user's text and answered from its output.
+    assert!(
+        stdout.contains("The MCP server heard: Hello, server"),
+        "{stdout}"
+    );
+}

@@ -5,7 +5,8 @@
 //! Tools: `add {a, b}` (the sum as text, `{"sum": …}` as structured content), `fail` (a tool error
 //! result), `slow {ms}` (sleeps; notes a cancellation), `toggle` (adds or removes `extra` and sends
 //! `notifications/tools/list_changed`), `extra`, `env {name}` (the variable's value, or `<unset>`),
-//! `grandchild` (starts `sleep 300` and answers its pid), `die` (exits the process: stdio only).
+//! `grandchild` (starts `sleep 300` and answers its pid), `die` (exits the process: stdio only),
+//! `echo {text}` (says it back).
 //! `tools/list` pages two tools at a time, so clients must follow the cursor.
 //!
 //! What the server observed (calls, cancellations) goes to its event log: in memory for the HTTP
@@ -77,6 +78,11 @@ fn base_tools() -> Vec<Tool> {
             json!({"type": "object"}),
         ),
         tool("die", "Exits the server process", json!({"type": "object"})),
+        tool(
+            "echo",
+            "Says back the text it is given",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        ),
     ]
 }
 
@@ -232,6 +238,13 @@ impl ServerHandler for TestServer {
                 text(child.id().to_string())
             }
             "die" => std::process::exit(3),
+            "echo" => {
+                let said = arguments
+                    .and_then(|arguments| arguments.get("text"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                text(format!("The MCP server heard: {said}"))
+            }
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool named `{other}`"),

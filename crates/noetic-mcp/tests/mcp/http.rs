@@ -1,12 +1,11 @@
 //! Over streamable HTTP: the test server on loopback, requiring a bearer token.
 
-use noetic_core::ContextOptions;
 use noetic_mcp::McpServer;
 use noetic_test_support::mcp::McpTestServer;
 use noetic_test_support::{MockReply, MockServer};
 use serde_json::json;
 
-use crate::{a_model_call_reaches_the_next_request, agent, harness, outputs, run};
+use crate::{a_model_call_reaches_the_next_request, abort_mid_call, agent, harness, outputs, run};
 
 const TOKEN: &str = "mcp-bearer-3f9a";
 
@@ -22,7 +21,7 @@ async fn connect(mcp: &McpTestServer) -> McpServer {
 async fn tools_are_listed_and_a_model_s_call_reaches_the_next_request() {
     let mcp = McpTestServer::start_http(Some(TOKEN)).await;
     let server = connect(&mcp).await;
-    assert_eq!(server.tool_names().len(), 7);
+    assert_eq!(server.tool_names().len(), 8);
     assert_eq!(server.pid(), None);
     a_model_call_reaches_the_next_request(&server).await;
     server.shutdown().await;
@@ -90,16 +89,12 @@ async fn cancelling_a_run_mid_call_sends_the_server_a_cancel_notification() {
         &json!({"ms": 60_000}),
     ));
     let harness = harness(&provider, &server);
-    let ctx = harness.create_context(ContextOptions::new());
-    let agent = agent(&server);
-    let running = harness.run(&agent, "Go".to_owned(), &ctx);
-    tokio::pin!(running);
-    tokio::select! {
-        _ = &mut running => panic!("the run ended before the call started"),
-        () = mcp.wait_for_event(|event| event == "call slow") => {}
-    }
-    ctx.abort(Some("stop".to_owned()));
-    assert_eq!(running.await.unwrap_err().code(), "CANCELLED");
+    abort_mid_call(
+        &harness,
+        &agent(&server),
+        mcp.wait_for_event(|event| event == "call slow"),
+    )
+    .await;
     mcp.wait_for_event(|event| event.starts_with("notification cancelled"))
         .await;
     mcp.wait_for_event(|event| event == "cancelled slow").await;

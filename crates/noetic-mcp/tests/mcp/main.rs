@@ -119,6 +119,24 @@ pub(crate) async fn a_model_call_reaches_the_next_request(server: &McpServer) {
     assert_eq!(outputs(&requests[1]), [r#"{"sum":5.0}"#]);
 }
 
+/// Runs `agent` until `called` says the server got the call, then aborts the run, which must end
+/// `CANCELLED`.
+pub(crate) async fn abort_mid_call(
+    harness: &AgentHarness,
+    agent: &Step<String, String>,
+    called: impl std::future::Future<Output = ()>,
+) {
+    let ctx = harness.create_context(ContextOptions::new());
+    let running = harness.run(agent, "Go".to_owned(), &ctx);
+    tokio::pin!(running);
+    tokio::select! {
+        _ = &mut running => panic!("the run ended before the call reached the server"),
+        () = called => {}
+    }
+    ctx.abort(Some("user stopped it".to_owned()));
+    assert_eq!(running.await.unwrap_err().code(), "CANCELLED");
+}
+
 /// How long to wait for a process to go before failing a test.
 pub(crate) const PROCESS_GONE: Duration = Duration::from_secs(10);
 

@@ -1,6 +1,6 @@
 //! Over stdio: the test server as a real child process.
 
-use noetic_core::{ContextOptions, Error, call_model};
+use noetic_core::{Error, call_model};
 use noetic_mcp::{McpCommand, McpServer};
 use noetic_test_support::{MockReply, MockServer};
 use serde_json::json;
@@ -8,18 +8,27 @@ use tokio::sync::mpsc;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use crate::{
-    a_model_call_reaches_the_next_request, agent, calc, harness, offered, outputs, run,
-    test_server, wait_gone,
+    a_model_call_reaches_the_next_request, abort_mid_call, agent, calc, harness, offered, outputs,
+    run, test_server, wait_gone,
 };
 
 #[tokio::test]
 async fn every_page_of_tools_is_listed_with_its_schema_and_prefixed_name() {
     let server = calc().await;
 
-    // The server pages two at a time: seven tools take four pages.
+    // The server pages two at a time: eight tools take four pages.
     assert_eq!(
         server.tool_names(),
-        ["add", "fail", "slow", "toggle", "env", "grandchild", "die"]
+        [
+            "add",
+            "fail",
+            "slow",
+            "toggle",
+            "env",
+            "grandchild",
+            "die",
+            "echo"
+        ]
     );
     let tools = server.tools();
     let names: Vec<&str> = tools.iter().map(|tool| tool.name()).collect();
@@ -256,18 +265,12 @@ async fn cancelling_a_run_mid_call_cancels_the_call_and_shutdown_leaves_no_proce
         &json!({"ms": 60_000}),
     ));
     let harness = harness(&provider, &server);
-    let ctx = harness.create_context(ContextOptions::new());
-    let agent = agent(&server);
-    let running = harness.run(&agent, "Go".to_owned(), &ctx);
-    tokio::pin!(running);
-    // The call reached the server: cancel the run.
-    tokio::select! {
-        _ = &mut running => panic!("the run ended before the call started"),
-        () = lines_with(&mut lines, &["call slow"]) => {}
-    }
-    ctx.abort(Some("user stopped it".to_owned()));
-    let error = running.await.unwrap_err();
-    assert_eq!(error.code(), "CANCELLED");
+    abort_mid_call(
+        &harness,
+        &agent(&server),
+        lines_with(&mut lines, &["call slow"]),
+    )
+    .await;
     // The server heard the cancellation and stopped the tool.
     lines_with(&mut lines, &["notification cancelled", "cancelled slow"]).await;
 
