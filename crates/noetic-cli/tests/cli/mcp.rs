@@ -63,6 +63,41 @@ async fn run_with_an_mcp_server_returns_the_tool_s_sum_in_the_final_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_api_key_does_not_reach_a_stdio_server() {
+    let provider = MockServer::start().await;
+    provider.push(call_reply("calc__env", &json!({"name": "NOETIC_TEST_KEY"})));
+    provider.set_responder(answer_with_tool_output);
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let command = server_command();
+
+    let mut child = crate::noetic(args(
+        &[
+            "run",
+            &flow,
+            "Read the key",
+            "--mcp",
+            &command,
+            "--api-key-env",
+            "NOETIC_TEST_KEY",
+        ],
+        &mock_options(&provider),
+    ));
+    child
+        .env("NOETIC_TEST_KEY", "sk-mcp-must-not-leak-51c2")
+        .stdin(std::process::Stdio::null());
+    let finished = crate::finished(child.spawn().unwrap()).await;
+
+    finished.assert_code(0);
+    // The provider got the key; the server's environment did not have it.
+    assert_eq!(
+        provider.requests()[0].header("authorization"),
+        Some("Bearer sk-mcp-must-not-leak-51c2")
+    );
+    assert_eq!(finished.stdout, "The tool said <unset>\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_http_mcp_server_works_the_same() {
     let mcp = McpTestServer::start_http(None).await;
     let provider = MockServer::start().await;
