@@ -169,6 +169,11 @@ fn status_json(status: &SessionStatus, queued: usize) -> Value {
         SessionStatus::Draining { turn_id, .. } => {
             serde_json::json!({"status": "draining", "turnId": turn_id, "queued": queued})
         }
+        SessionStatus::AwaitingApproval { turn_id, calls } => {
+            let approvals: Vec<&str> = calls.iter().map(|call| call.approval_id.as_str()).collect();
+            serde_json::json!({"status": "awaiting_approval", "turnId": turn_id,
+                "approvalIds": approvals, "queued": queued})
+        }
         SessionStatus::Queued { .. } => serde_json::json!({"status": "queued", "queued": queued}),
         _ => serde_json::json!({"status": "idle", "queued": queued}),
     }

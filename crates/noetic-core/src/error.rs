@@ -116,6 +116,10 @@ pub const CODES: &[(&str, &str)] = &[
         "A storage adapter failed or returned a corrupt row.",
     ),
     (
+        "APPROVAL_NOT_FOUND",
+        "`approve` / `reject` named an approval id that no tool call awaits on that thread: unknown, already decided (decisions are single-use), or its run ended.",
+    ),
+    (
         "LEASE_LOST",
         "A lease this writer held (a thread's or an execution's) was taken over by another holder; the write was refused and the writer stops.",
     ),
@@ -446,6 +450,18 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// No tool call waits for approval under this id on this thread: the id is unknown, was decided
+    /// already (decisions are single-use), or its run ended.
+    #[error(
+        "no tool call awaits approval `{approval_id}` on thread `{thread_id}` (unknown, already decided, or its run ended)"
+    )]
+    ApprovalNotFound {
+        /// The approval id given.
+        approval_id: String,
+        /// The thread given.
+        thread_id: String,
+    },
+
     /// A lease this writer held was taken over: its write was refused and it must stop.
     #[error("lease `{lease}` lost: another holder took it over (our epoch {epoch} is fenced)")]
     LeaseLost {
@@ -655,6 +671,7 @@ impl Error {
             Error::StepLedgerRetentionInvalid { .. } => "STEP_LEDGER_RETENTION_INVALID",
             Error::WorkflowInvalid { .. } => "WORKFLOW_INVALID",
             Error::Storage { .. } => "STORAGE_ERROR",
+            Error::ApprovalNotFound { .. } => "APPROVAL_NOT_FOUND",
             Error::LeaseLost { .. } => "LEASE_LOST",
             Error::LeaseHeld { .. } => "LEASE_HELD",
             Error::StorageBusy { .. } => "STORAGE_BUSY",

@@ -183,6 +183,29 @@ pub enum FrameworkEvent {
         /// The call id.
         call_id: String,
     },
+    /// A tool call waits for a person's approval before it runs ([`crate::AgentHarness::approve`]).
+    ApprovalRequested {
+        /// The approval's id (what `approve` / `reject` take).
+        approval_id: String,
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The arguments it will run with, exactly.
+        arguments: serde_json::Value,
+    },
+    /// A person decided on a waiting call; approved, it runs next.
+    ApprovalDecided {
+        /// The approval's id.
+        approval_id: String,
+        /// The call id.
+        call_id: String,
+        /// Whether it was approved.
+        approved: bool,
+        /// A rejection's reason.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A tool call finished (successfully or with an error fed back to the model).
     ToolCallCompleted {
         /// The tool's name.
@@ -251,6 +274,8 @@ impl FrameworkEvent {
             FrameworkEvent::ToolRoundCompleted { .. } => FrameworkEventKind::ToolRoundCompleted,
             FrameworkEvent::ToolCallStarted { .. } => FrameworkEventKind::ToolCallStarted,
             FrameworkEvent::ToolCallCompleted { .. } => FrameworkEventKind::ToolCallCompleted,
+            FrameworkEvent::ApprovalRequested { .. } => FrameworkEventKind::ApprovalRequested,
+            FrameworkEvent::ApprovalDecided { .. } => FrameworkEventKind::ApprovalDecided,
             FrameworkEvent::ToolRoundLimitExceeded { .. } => {
                 FrameworkEventKind::ToolRoundLimitExceeded
             }
@@ -304,6 +329,10 @@ pub enum FrameworkEventKind {
     ToolRoundCompleted,
     /// `tool_call_started`: [`FrameworkEvent::ToolCallStarted`].
     ToolCallStarted,
+    /// `approval_requested`: [`FrameworkEvent::ApprovalRequested`].
+    ApprovalRequested,
+    /// `approval_decided`: [`FrameworkEvent::ApprovalDecided`].
+    ApprovalDecided,
     /// `tool_call_completed`: [`FrameworkEvent::ToolCallCompleted`].
     ToolCallCompleted,
     /// `tool_round_limit_exceeded`: [`FrameworkEvent::ToolRoundLimitExceeded`].
@@ -338,6 +367,8 @@ impl FrameworkEventKind {
         FrameworkEventKind::ToolRoundCompleted,
         FrameworkEventKind::ToolCallStarted,
         FrameworkEventKind::ToolCallCompleted,
+        FrameworkEventKind::ApprovalRequested,
+        FrameworkEventKind::ApprovalDecided,
         FrameworkEventKind::ToolRoundLimitExceeded,
         FrameworkEventKind::DrainStarted,
         FrameworkEventKind::DrainFinished,
@@ -366,6 +397,8 @@ impl FrameworkEventKind {
             FrameworkEventKind::ToolRoundCompleted => "tool_round_completed",
             FrameworkEventKind::ToolCallStarted => "tool_call_started",
             FrameworkEventKind::ToolCallCompleted => "tool_call_completed",
+            FrameworkEventKind::ApprovalRequested => "approval_requested",
+            FrameworkEventKind::ApprovalDecided => "approval_decided",
             FrameworkEventKind::ToolRoundLimitExceeded => "tool_round_limit_exceeded",
             FrameworkEventKind::DrainStarted => "drain_started",
             FrameworkEventKind::DrainFinished => "drain_finished",

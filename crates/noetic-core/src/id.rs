@@ -7,6 +7,10 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The thread used when `ExecuteOptions::thread_id` is not set (and the thread of a context made
+/// without one, where a thread must be named: approvals).
+pub const DEFAULT_THREAD: &str = "__default__";
+
 static PREFIX: OnceLock<String> = OnceLock::new();
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 

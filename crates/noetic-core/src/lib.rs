@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod adapter;
+mod approval;
 pub mod channel;
 pub mod checkpoint;
 mod connection;
@@ -56,6 +57,7 @@ pub use adapter::{
     Commit, DurableStore, InMemoryStorage, KvDurableStore, Lease, LeaseRequest, StorageAdapter,
     StorageOp,
 };
+pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use channel::{Channel, ChannelHandle, ChannelMode, ChannelStream};
 pub use checkpoint::{ExecutionRecord, ExecutionStatus, LedgerRetention};
 pub use connection::{Connection, ConnectionSpec};

@@ -19,6 +19,7 @@ use crate::adapter::{
     DurableStore, FsAdapter, InMemoryFs, InMemoryStorage, InProcess, NoShell, ShellAdapter,
     StorageAdapter, SubprocessAdapter,
 };
+use crate::approval::Approvals;
 use crate::checkpoint::{Durability, LedgerRetention};
 use crate::connection::Connection;
 use crate::context::OnSteer;
@@ -75,15 +76,23 @@ pub struct Runtime {
     shell: Arc<dyn ShellAdapter>,
     /// Where `run_code`, `spawn` and `detached_spawn` steps run.
     subprocess: Arc<dyn SubprocessAdapter>,
-    /// The paid-call records of every model round run on this runtime (the one piece of state here:
-    /// rounds add and end records as they run).
+    /// The paid-call records of every model round run on this runtime (state: rounds add and end
+    /// records as they run).
     paid_calls: Arc<PaidCalls>,
+    /// The tool calls waiting for a person's approval (state: gated calls ask, `approve` and
+    /// `reject` decide).
+    approvals: Arc<Approvals>,
 }
 
 impl Runtime {
     /// The paid-call records of this runtime's rounds.
     pub(crate) fn paid_calls(&self) -> &Arc<PaidCalls> {
         &self.paid_calls
+    }
+
+    /// The calls of this runtime's rounds waiting for approval.
+    pub(crate) fn approvals(&self) -> &Arc<Approvals> {
+        &self.approvals
     }
 
     /// Starts building a runtime called `name` (the prefix of its framework events).
@@ -449,6 +458,7 @@ impl RuntimeBuilder {
                 retention: self.retention,
             }),
             paid_calls: Arc::new(PaidCalls::new(durable_store)),
+            approvals: Arc::new(Approvals::default()),
         })
     }
 }

@@ -38,14 +38,20 @@ pub struct Tool {
 type ToolBody =
     dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync;
 
+/// Whether a call (its arguments, its context) needs a person's approval before it runs.
+type ApprovalRule = dyn Fn(&Value, &ToolContext) -> bool + Send + Sync;
+
+#[derive(Clone)]
 struct ToolInner {
     name: String,
     wire_name: String,
     description: String,
     input_schema: Value,
     output_schema: Option<Value>,
-    validator: Option<jsonschema::Validator>,
-    body: Box<ToolBody>,
+    validator: Option<Arc<jsonschema::Validator>>,
+    body: Arc<ToolBody>,
+    /// `None`: calls never wait for approval.
+    approval: Option<Arc<ApprovalRule>>,
 }
 
 /// Tools whose list can change while a harness runs: an MCP server's, say. `call_model` offers a
@@ -191,7 +197,7 @@ impl Tool {
             description.into(),
             schema_for::<A>(),
             Some(schema_for::<R>()),
-            Box::new(erased),
+            Arc::new(erased),
         )
     }
 
@@ -225,7 +231,7 @@ impl Tool {
             description.into(),
             input_schema,
             None,
-            Box::new(erased),
+            Arc::new(erased),
         ))
     }
 
@@ -234,10 +240,10 @@ impl Tool {
         description: String,
         input_schema: Value,
         output_schema: Option<Value>,
-        body: Box<ToolBody>,
+        body: Arc<ToolBody>,
     ) -> Tool {
         let validator = match jsonschema::validator_for(&input_schema) {
-            Ok(validator) => Some(validator),
+            Ok(validator) => Some(Arc::new(validator)),
             Err(source) => {
                 // Only reachable for a schemars schema the validator cannot compile: run unvalidated
                 // rather than refuse every call, and say so once.
@@ -254,8 +260,49 @@ impl Tool {
                 output_schema,
                 validator,
                 body,
+                approval: None,
             }),
         }
+    }
+
+    /// Every call of this tool waits for a person's approval before it runs (`true`), or none does
+    /// (`false`, the default). See [`crate::AgentHarness::approve`].
+    #[must_use]
+    pub fn needs_approval(self, needs: bool) -> Tool {
+        self.with_approval(
+            needs.then(|| Arc::new(|_: &Value, _: &ToolContext| true) as Arc<ApprovalRule>),
+        )
+    }
+
+    /// The calls for which `rule` (over the validated arguments and the call's context) holds wait
+    /// for a person's approval before they run; the others run at once.
+    #[must_use]
+    pub fn needs_approval_when(
+        self,
+        rule: impl Fn(&Value, &ToolContext) -> bool + Send + Sync + 'static,
+    ) -> Tool {
+        self.with_approval(Some(Arc::new(rule)))
+    }
+
+    fn with_approval(self, approval: Option<Arc<ApprovalRule>>) -> Tool {
+        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| (*shared).clone());
+        inner.approval = approval;
+        Tool {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Whether some call of this tool may wait for approval.
+    pub(crate) fn may_need_approval(&self) -> bool {
+        self.inner.approval.is_some()
+    }
+
+    /// Whether this call (validated `arguments`) waits for approval.
+    pub(crate) fn requires_approval(&self, arguments: &Value, tool_ctx: &ToolContext) -> bool {
+        self.inner
+            .approval
+            .as_ref()
+            .is_some_and(|rule| rule(arguments, tool_ctx))
     }
 
     /// The tool's name.

@@ -5,6 +5,7 @@
 //! Nothing outside `harness/` names `AgentHarness`: running steps reach configuration through
 //! [`Context::runtime`].
 
+mod approval;
 mod builder;
 mod cancel;
 mod channels;

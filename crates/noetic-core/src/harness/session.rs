@@ -183,12 +183,30 @@ impl AgentHarness {
     }
 
     /// What the thread is doing: `Queued` from the moment a message is accepted until its turn
-    /// starts, `Running` while a turn runs, `Idle` when nothing runs or waits (also for a thread never
-    /// used).
+    /// starts, `Running` while a turn runs (`AwaitingApproval` while it waits for a person's
+    /// decision), `Idle` when nothing runs or waits (also for a thread never used).
     pub fn status(&self, scope: Scope) -> SessionStatus {
-        self.sessions()
+        let status = self
+            .sessions()
             .get(scope.thread_id())
-            .map_or(SessionStatus::Idle, |session| session.status())
+            .map_or(SessionStatus::Idle, |session| session.status());
+        match status {
+            SessionStatus::Running {
+                turn_id,
+                started_at,
+            } => {
+                let calls = self.runtime().approvals().pending(scope.thread_id());
+                if calls.is_empty() {
+                    SessionStatus::Running {
+                        turn_id,
+                        started_at,
+                    }
+                } else {
+                    SessionStatus::AwaitingApproval { turn_id, calls }
+                }
+            }
+            other => other,
+        }
     }
 
     /// Tokens and cost of every turn of the thread so far, failed ones included.

@@ -204,6 +204,15 @@ pub enum SessionStatus {
         /// The turn's id.
         turn_id: String,
     },
+    /// The running turn waits for a person's decision on these calls
+    /// ([`crate::AgentHarness::approve`] / `reject`); its other calls have run. Messages sent
+    /// meanwhile queue (or steer, once the turn goes on), other threads run.
+    AwaitingApproval {
+        /// The turn's id.
+        turn_id: String,
+        /// The calls waiting, in the order they were asked for.
+        calls: Vec<crate::ApprovalRequest>,
+    },
 }
 
 /// The outcome of a session turn.

@@ -442,6 +442,12 @@ fn approx_framework_bytes(event: &FrameworkEvent) -> usize {
                 ..
             } => name.len() + call_id.len() + output.len(),
             FrameworkEvent::ToolCallStarted { name, call_id } => name.len() + call_id.len(),
+            FrameworkEvent::ApprovalRequested {
+                approval_id,
+                call_id,
+                tool,
+                arguments,
+            } => approval_id.len() + call_id.len() + tool.len() + value_bytes(arguments),
             FrameworkEvent::TurnStarted {
                 turn_id,
                 message_ids,

@@ -37,5 +37,4 @@ pub use sessions::DEFAULT_SESSION_IDLE_TTL;
 pub(crate) use sessions::Sessions;
 pub(crate) use streams::{item_snapshots, text_chunks};
 
-/// The thread used when `ExecuteOptions::thread_id` is not set.
-pub const DEFAULT_THREAD: &str = "__default__";
+pub use crate::id::DEFAULT_THREAD;

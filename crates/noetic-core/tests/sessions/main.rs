@@ -19,6 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod abort;
+mod approvals;
 mod delivery;
 mod derived;
 mod no_lost_messages;

@@ -9,9 +9,11 @@ use serde_json::Value;
 
 use super::EmitPolicy;
 use crate::Result;
+use crate::approval::{ApprovalDecision, ApprovalRequest, Waiting};
 use crate::context::Applied;
 use crate::context::Context;
 use crate::event::FrameworkEvent;
+use crate::id::DEFAULT_THREAD;
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::{LayerDecision, ToolCallView, gate_tool_call};
 use crate::model::ToolSpec;
@@ -22,6 +24,8 @@ use crate::tool::{Tool, ToolContext, output_text};
 pub(crate) struct ToolSet {
     tools: Vec<Tool>,
     pub(super) specs: Vec<ToolSpec>,
+    /// Whether any tool may need approval: without one, a round's calls are not looked at twice.
+    gated: bool,
 }
 
 impl ToolSet {
@@ -35,7 +39,12 @@ impl ToolSet {
             }
         }
         let specs = tools.iter().map(Tool::spec).collect();
-        ToolSet { tools, specs }
+        let gated = tools.iter().any(Tool::may_need_approval);
+        ToolSet {
+            tools,
+            specs,
+            gated,
+        }
     }
 
     /// Finds a tool by its wire name or its own name.
@@ -71,6 +80,10 @@ pub(crate) const SKIPPED_BY_STEER: &str =
 pub(crate) const ABORTED_WHILE_RUNNING: &str =
     "Tool call aborted: the run was cancelled while the tool was running.";
 
+/// The text a call waiting for approval gets when its run is cancelled before the decision.
+pub(crate) const ABORTED_AWAITING_APPROVAL: &str =
+    "Tool call aborted: the run was cancelled while the call awaited approval.";
+
 /// What running a round's calls produced.
 pub(super) struct CallsOutcome {
     /// The `function_call_output` items, one per call, in call order.
@@ -95,6 +108,15 @@ pub(super) async fn run_calls(
     concurrency: usize,
     emit: &EmitPolicy,
 ) -> Result<CallsOutcome> {
+    if tools.gated {
+        let asks: Vec<Option<ApprovalRequest>> = calls
+            .iter()
+            .map(|call| approval_needed(call, tools, ctx))
+            .collect();
+        if asks.iter().any(Option::is_some) {
+            return run_with_approvals(calls, asks, tools, ctx, emit).await;
+        }
+    }
     let mut items = Vec::with_capacity(calls.len());
     if concurrency <= 1 {
         for (index, call) in calls.iter().enumerate() {
@@ -145,6 +167,148 @@ pub(super) async fn run_calls(
     })
 }
 
+/// The approval request of `call`, when it needs one: its arguments parse and validate, its tool's
+/// rule asks for approval, and the tool was not approved for good on the thread. (A call that will
+/// fail anyway — malformed, unknown, invalid — runs at once to get its error output.)
+fn approval_needed(
+    call: &FunctionCallItem,
+    tools: &ToolSet,
+    ctx: &Context,
+) -> Option<ApprovalRequest> {
+    let arguments = parse_arguments(call).ok()?;
+    let tool = tools.find(&call.name)?;
+    tool.validate(&arguments).ok()?;
+    let tool_ctx = ToolContext {
+        ctx: ctx.clone(),
+        call_id: call.call_id.clone(),
+        tool_name: tool.name().to_owned(),
+    };
+    let thread = ctx.thread_id().unwrap_or(DEFAULT_THREAD);
+    if !tool.requires_approval(&arguments, &tool_ctx)
+        || ctx
+            .runtime()
+            .approvals()
+            .always_approved(thread, tool.name())
+    {
+        return None;
+    }
+    Some(ApprovalRequest {
+        approval_id: tool_ctx.idempotency_key(),
+        thread_id: thread.to_owned(),
+        call_id: call.call_id.clone(),
+        tool: tool.name().to_owned(),
+        arguments,
+    })
+}
+
+/// A round with calls that need approval: every request is made at once, the other calls run (in
+/// order), then each gated call waits for its decision and runs or gets its rejection, in order.
+/// Every output is recorded as it comes, so the log holds the ungated outputs first. Steers wait
+/// for the next steer point after the round (the calls are not skipped for them).
+async fn run_with_approvals(
+    calls: &[FunctionCallItem],
+    asks: Vec<Option<ApprovalRequest>>,
+    tools: &ToolSet,
+    ctx: &Context,
+    emit: &EmitPolicy,
+) -> Result<CallsOutcome> {
+    let approvals = ctx.runtime().approvals();
+    let mut waits: Vec<Option<Waiting>> = asks
+        .into_iter()
+        .map(|ask| {
+            ask.map(|request| {
+                if emit.active(ctx) {
+                    emit.emit(
+                        ctx,
+                        FrameworkEvent::ApprovalRequested {
+                            approval_id: request.approval_id.clone(),
+                            call_id: request.call_id.clone(),
+                            tool: request.tool.clone(),
+                            arguments: request.arguments.clone(),
+                        },
+                    );
+                }
+                approvals.ask(request)
+            })
+        })
+        .collect();
+    let (gated, ungated): (Vec<usize>, Vec<usize>) =
+        (0..calls.len()).partition(|index| waits[*index].is_some());
+    let mut items = Vec::with_capacity(calls.len());
+    for index in ungated.into_iter().chain(gated) {
+        let call = &calls[index];
+        let outcome = match waits[index].take() {
+            None => start_call(call, tools, ctx, emit).await?,
+            Some(mut waiting) => match until_cancelled(ctx, waiting.decision()).await {
+                Some(Some(decision)) => {
+                    let rejected = match decision {
+                        ApprovalDecision::Approved => None,
+                        ApprovalDecision::Rejected { reason } => Some(reason),
+                    };
+                    if emit.active(ctx) {
+                        emit.emit(
+                            ctx,
+                            FrameworkEvent::ApprovalDecided {
+                                approval_id: ctx.idempotency_key(&call.call_id),
+                                call_id: call.call_id.clone(),
+                                approved: rejected.is_none(),
+                                reason: rejected.clone(),
+                            },
+                        );
+                    }
+                    match rejected {
+                        None => start_call(call, tools, ctx, emit).await?,
+                        Some(reason) => CallOutcome::error(format!("Tool call rejected: {reason}")),
+                    }
+                }
+                // Cancelled while waiting (or the request was replaced): this call and the other
+                // waiting ones get an output, so the history stays valid; then the cancel goes on.
+                _ => {
+                    items.push(record(
+                        ctx,
+                        call,
+                        CallOutcome::error(ABORTED_AWAITING_APPROVAL.to_owned()),
+                        emit,
+                    ));
+                    for (later, wait) in waits.iter_mut().enumerate() {
+                        if wait.take().is_some() {
+                            items.push(record(
+                                ctx,
+                                &calls[later],
+                                CallOutcome::error(ABORTED_AWAITING_APPROVAL.to_owned()),
+                                emit,
+                            ));
+                        }
+                    }
+                    ctx.check_aborted()?;
+                    // Not cancelled: the request was replaced by a newer ask of the same call,
+                    // which answers it. Nothing of this round is left to run.
+                    return Ok(CallsOutcome {
+                        outputs: items,
+                        steered: None,
+                    });
+                }
+            },
+        };
+        items.push(record(ctx, call, outcome, emit));
+        ctx.checkpoint().await?;
+    }
+    Ok(CallsOutcome {
+        outputs: items,
+        steered: None,
+    })
+}
+
+/// A call's arguments: its JSON text parsed (no text at all is an empty object: some providers send
+/// none for a tool without parameters).
+fn parse_arguments(call: &FunctionCallItem) -> std::result::Result<Value, ()> {
+    if call.arguments.trim().is_empty() {
+        Ok(Value::Object(Default::default()))
+    } else {
+        serde_json::from_str(&call.arguments).map_err(|_| ())
+    }
+}
+
 /// Appends a call's output item and emits `tool_call_completed`.
 fn record(ctx: &Context, call: &FunctionCallItem, outcome: CallOutcome, emit: &EmitPolicy) -> Item {
     let item = Item::function_call_output(call.call_id.clone(), outcome.output.clone());
@@ -189,19 +353,11 @@ async fn start_call(
 }
 
 async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> CallOutcome {
-    let arguments: Value = if call.arguments.trim().is_empty() {
-        // Some providers send no argument text for a tool without parameters.
-        Value::Object(Default::default())
-    } else {
-        match serde_json::from_str(&call.arguments) {
-            Ok(arguments) => arguments,
-            Err(_) => {
-                return CallOutcome::error(format!(
-                    "Error: malformed JSON in tool arguments: {}",
-                    call.arguments
-                ));
-            }
-        }
+    let Ok(arguments) = parse_arguments(call) else {
+        return CallOutcome::error(format!(
+            "Error: malformed JSON in tool arguments: {}",
+            call.arguments
+        ));
     };
     let Some(tool) = tools.find(&call.name) else {
         return CallOutcome::error(format!("Error: unknown tool '{}'", call.name));
