@@ -38,6 +38,11 @@ options:
                             shell) over stdio, and offer its tools to every model call as NAME__TOOL
                             (repeatable); its environment is an allow-list (no API keys)
   --mcp NAME=URL            the same for an MCP server at an http:// or https:// URL (streamable HTTP)
+  --needs-approval TOOL     calls of TOOL (a built-in tool, or NAME__TOOL of an MCP server) wait for
+                            a person's approval (repeatable): chat prints each request and takes
+                            /approve ID or /reject ID REASON ({\"command\":\"approve\",\"approvalId\"}
+                            with --jsonl); run cannot ask and exits 1 unless --approve-all
+  --approve-all             (run) approve every call that needs approval
   --storage sqlite:PATH     (run, resume, chat) record durably in a SQLite file: `run` prints
                             `execution: ID` on stderr before the first model request; `chat` keeps
                             its --thread across restarts, first finishing a turn a crash cut
@@ -50,7 +55,7 @@ options:
                             ({\"command\":\"abort\",\"drainMs\":N} drains the running turn first)
 
 chat commands (plain-line mode): a line is a next-turn message; /steer TEXT, /between TEXT,
-/interrupt TEXT, /abort, /status, /quit";
+/interrupt TEXT, /approve ID, /reject ID REASON, /abort, /status, /quit";
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +105,10 @@ pub(crate) struct Options {
     pub(crate) drain: Option<Duration>,
     /// `--mcp NAME=COMMAND|URL`, each time given: (name, command line or URL).
     pub(crate) mcp: Vec<(String, String)>,
+    /// `--needs-approval TOOL`, each time given.
+    pub(crate) needs_approval: Vec<String>,
+    /// `--approve-all`.
+    pub(crate) approve_all: bool,
 }
 
 /// Parses the arguments (without the program name).
@@ -200,6 +209,14 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                 }
                 options.mcp.push((name.to_owned(), target.to_owned()));
             }
+            "--needs-approval" => {
+                let tool = value("--needs-approval")?;
+                if tool.is_empty() || tool.starts_with("--") {
+                    return Err(format!("--needs-approval needs a tool name, not `{tool}`"));
+                }
+                options.needs_approval.push(tool);
+            }
+            "--approve-all" => options.approve_all = true,
             "--jsonl" => jsonl = true,
             "--storage" => {
                 let raw = value("--storage")?;

@@ -38,6 +38,12 @@ enum Line {
     Status {
         thread: Option<String>,
     },
+    /// A decision on a tool call waiting for approval: approve (`reason: None`) or reject.
+    Decide {
+        thread: Option<String>,
+        approval_id: String,
+        reason: Option<String>,
+    },
     Quit,
     Skip,
 }
@@ -73,10 +79,26 @@ fn parse_plain(line: &str) -> Result<Line, String> {
                 drain: None,
             },
             ("/status", "") => Line::Status { thread: None },
+            ("/approve", id) if !id.trim().is_empty() && !id.trim().contains(' ') => Line::Decide {
+                thread: None,
+                approval_id: id.trim().to_owned(),
+                reason: None,
+            },
+            ("/reject", rest) if !rest.trim().is_empty() => {
+                let (id, reason) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
+                Line::Decide {
+                    thread: None,
+                    approval_id: id.to_owned(),
+                    reason: Some(match reason.trim() {
+                        "" => "rejected by the user".to_owned(),
+                        reason => reason.to_owned(),
+                    }),
+                }
+            }
             ("/quit", "") => Line::Quit,
             (command, _) if command.starts_with('/') => {
                 return Err(format!(
-                    "unknown or incomplete command `{line}` (try /steer TEXT, /between TEXT, /interrupt TEXT, /abort, /status, /quit)"
+                    "unknown or incomplete command `{line}` (try /steer TEXT, /between TEXT, /interrupt TEXT, /approve ID, /reject ID REASON, /abort, /status, /quit)"
                 ));
             }
             _ => Line::Message {
@@ -116,9 +138,29 @@ fn parse_json(line: &str) -> Result<Line, String> {
                 Ok(Line::Abort { thread, drain })
             }
             Some("status") => Ok(Line::Status { thread }),
+            Some(decision @ ("approve" | "reject")) => {
+                let approval_id = value
+                    .get("approvalId")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty())
+                    .ok_or_else(|| format!("`{decision}` needs `approvalId` (a string)"))?
+                    .to_owned();
+                let reason = (decision == "reject").then(|| {
+                    value
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("rejected by the user")
+                        .to_owned()
+                });
+                Ok(Line::Decide {
+                    thread,
+                    approval_id,
+                    reason,
+                })
+            }
             Some("quit") => Ok(Line::Quit),
             _ => Err(format!(
-                "`command` must be abort, status or quit, not {command}"
+                "`command` must be abort, status, approve, reject or quit, not {command}"
             )),
         };
     }
@@ -185,9 +227,35 @@ fn print_event(
     harness: &AgentHarness,
     (thread, event): &(Option<String>, Arc<StreamEvent>),
     events_jsonl: bool,
+    jsonl_input: bool,
     text: &mut TextPrinter,
     out: &mut impl Write,
 ) {
+    // An approval request is shown whatever the output mode: someone has to answer it. As a JSON
+    // line to a program (`--jsonl`), as a prompt line to a person.
+    if let StreamEvent::Framework(FrameworkEvent::ApprovalRequested {
+        approval_id,
+        tool,
+        arguments,
+        ..
+    }) = &**event
+        && !events_jsonl
+    {
+        if jsonl_input {
+            let mut line = event.to_json(harness.name());
+            if let (Some(thread), Value::Object(fields)) = (thread, &mut line) {
+                fields.insert("threadId".to_owned(), Value::String(thread.clone()));
+            }
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        } else {
+            text.end_line(out);
+            eprintln!(
+                "approval needed: {tool} {arguments} — /approve {approval_id} or /reject {approval_id} REASON"
+            );
+        }
+        return;
+    }
     if events_jsonl {
         let mut line = event.to_json(harness.name());
         if let (Some(thread), Value::Object(fields)) = (thread, &mut line) {
@@ -242,6 +310,24 @@ impl Threads {
                 .push(events.map(move |event| (tag.clone(), event)).boxed());
         }
         thread
+    }
+
+    /// Aborts the turns waiting for an approval (stdin is closed: no decision can come).
+    fn abort_awaiting(&self, harness: &AgentHarness) {
+        for thread in &self.known {
+            let scope = Scope::thread(thread.clone());
+            if let SessionStatus::AwaitingApproval { calls, .. } = harness.status(scope) {
+                eprintln!(
+                    "note: input ended while {} tool call(s) of thread `{thread}` awaited approval; aborting that turn",
+                    calls.len()
+                );
+                let harness = harness.clone();
+                let abort = AbortOptions::new()
+                    .thread_id(thread.clone())
+                    .reason("input ended while tool calls awaited approval");
+                tokio::spawn(async move { harness.abort(abort).await });
+            }
+        }
     }
 
     /// Whether every thread the chat has sent to is idle with nothing queued.
@@ -337,12 +423,19 @@ async fn converse(
             harness,
             event,
             options.events_jsonl,
+            jsonl,
             text,
             &mut std::io::stdout(),
         );
     };
+    let mut unanswerable_aborted = false;
     loop {
         if quitting {
+            if !unanswerable_aborted {
+                // No one is left to answer an approval request: those turns end now.
+                unanswerable_aborted = true;
+                threads.abort_awaiting(harness);
+            }
             // Let the running turns and the queued messages finish, printing their events.
             if threads.all_idle(harness) {
                 // Everything is published: print what this subscriber has not shown yet, then stop.
@@ -375,6 +468,16 @@ async fn converse(
                         let scope = Scope::thread(thread.unwrap_or_else(|| threads.own.clone()));
                         let status = status_json(&harness.status(scope.clone()), harness.queue_len(scope));
                         eprintln!("{status}");
+                    }
+                    Ok(Line::Decide { thread, approval_id, reason }) => {
+                        let thread_id = thread.unwrap_or_else(|| threads.own.clone());
+                        let decided = match reason {
+                            None => harness.approve(&thread_id, &approval_id),
+                            Some(reason) => harness.reject(&thread_id, &approval_id, reason),
+                        };
+                        if let Err(error) = decided {
+                            eprintln!("error[{}]: {error}", error.code());
+                        }
                     }
                     Ok(Line::Abort { thread, drain }) => {
                         // Abort waits for the turn to end; keep reading stdin meanwhile.

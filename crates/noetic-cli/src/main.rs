@@ -36,6 +36,8 @@ pub(crate) enum Failure {
     Runtime(noetic_core::Error),
     /// Stopped by this signal (its report already printed): exit 128 + its number.
     Signal(i32),
+    /// A CLI-level refusal with its own stable code (`APPROVAL_REQUIRED`): exit 1.
+    Refused { code: &'static str, message: String },
 }
 
 impl From<noetic_core::Error> for Failure {
@@ -113,6 +115,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Signal(signo)) => ExitCode::from(u8::try_from(128 + signo).unwrap_or(u8::MAX)),
+        Err(Failure::Refused { code, message }) => {
+            eprintln!("error[{code}]: {message}");
+            ExitCode::from(1)
+        }
         Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
             ExitCode::from(2)

@@ -47,8 +47,33 @@ pub(crate) async fn run(
     harness.execute(prompt, execute).await?;
 
     let mut text = TextPrinter::new();
+    // A call needing approval that `run` may not grant (no `--approve-all`): its tool.
+    let mut refused: Option<String> = None;
+    let thread = options
+        .thread
+        .clone()
+        .unwrap_or_else(|| noetic_core::DEFAULT_THREAD.to_owned());
     let turn = async {
         while let Some(event) = events.next().await {
+            if let StreamEvent::Framework(FrameworkEvent::ApprovalRequested {
+                approval_id,
+                tool,
+                ..
+            }) = &*event
+            {
+                if options.approve_all {
+                    harness.approve(&thread, approval_id)?;
+                } else {
+                    refused = Some(tool.clone());
+                    let abort = AbortOptions::new()
+                        .thread_id(thread.clone())
+                        .reason(format!(
+                            "`{tool}` needs approval and `noetic run` cannot ask"
+                        ));
+                    harness.abort(abort).await;
+                    break;
+                }
+            }
             let mut stdout = std::io::stdout().lock();
             if options.events_jsonl {
                 let _ = writeln!(stdout, "{}", event.to_json(harness.name()));
@@ -87,6 +112,15 @@ pub(crate) async fn run(
             return Err(Failure::Signal(signo));
         }
     };
+    if let Some(tool) = refused {
+        return Err(Failure::Refused {
+            code: "APPROVAL_REQUIRED",
+            message: format!(
+                "a call of `{tool}` needs approval, and `noetic run` cannot ask for it: pass \
+                 --approve-all to approve every such call, or use `noetic chat`, which asks"
+            ),
+        });
+    }
     let mut stdout = std::io::stdout().lock();
     let usage = harness.usage(scope);
     let plain = !options.events_jsonl && !options.output_json;

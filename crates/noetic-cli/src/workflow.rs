@@ -45,7 +45,7 @@ async fn connect_mcp(
                 .map(|command| McpServer::stdio(name.clone(), command))
                 .map_err(|error| Failure::Usage(format!("--mcp {name}: {error}")))?
         };
-        builders.push((true, builder));
+        builders.push((true, builder.needs_approval(gated_of(options, name))));
     }
     for declared in document.connections.iter().flatten() {
         let ConnectionKind::Mcp(declaration) = &declared.kind else {
@@ -59,7 +59,10 @@ async fn connect_mcp(
         }
         let builder = McpServer::declared(declared.name.clone(), declaration)
             .map_err(|error| Failure::Usage(format!("connection `{}`: {error}", declared.name)))?;
-        builders.push((false, builder));
+        builders.push((
+            false,
+            builder.needs_approval(gated_of(options, &declared.name)),
+        ));
     }
     let mut servers = McpServers {
         everywhere: Vec::new(),
@@ -116,10 +119,47 @@ pub(crate) fn read(flow: &str) -> Result<WorkflowDocument, Failure> {
     WorkflowDocument::from_json(&text).map_err(|error| invalid(flow, &error))
 }
 
-fn registry(fs_root: Option<&Path>, shell: bool) -> WorkflowRegistry {
+/// The built-in tools the options enable, those named by `--needs-approval` gated.
+fn registry(fs_root: Option<&Path>, shell: bool, gated: &[String]) -> WorkflowRegistry {
     builtins(fs_root, shell)
         .into_iter()
+        .map(|tool| {
+            let needs = gated.iter().any(|name| name == tool.name());
+            tool.needs_approval(needs)
+        })
         .fold(WorkflowRegistry::new(), WorkflowRegistry::tool)
+}
+
+/// Every `--needs-approval` name must be an enabled built-in tool or `NAME__TOOL` of a connected
+/// MCP server that has TOOL: a typo must not leave a tool ungated.
+fn check_gated(
+    options: &Options,
+    registry: &WorkflowRegistry,
+    servers: &[McpServer],
+) -> Result<(), Failure> {
+    for name in &options.needs_approval {
+        let builtin = registry.tool_named(name).is_some();
+        let mcp = servers.iter().any(|server| {
+            name.strip_prefix(server.name())
+                .and_then(|rest| rest.strip_prefix("__"))
+                .is_some_and(|tool| server.tool_names().iter().any(|known| known == tool))
+        });
+        if !builtin && !mcp {
+            return Err(Failure::Usage(format!(
+                "--needs-approval {name}: no such tool (a built-in tool the options enable, or NAME__TOOL of an --mcp server or a declared connection)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The tools of MCP server `server` that `--needs-approval NAME__TOOL` names.
+fn gated_of<'a>(options: &'a Options, server: &'a str) -> impl Iterator<Item = String> + 'a {
+    options.needs_approval.iter().filter_map(move |name| {
+        name.strip_prefix(server)
+            .and_then(|rest| rest.strip_prefix("__"))
+            .map(str::to_owned)
+    })
 }
 
 /// What the fs and shell tools reach: with `--allow-fs DIR`, a [`LocalFs`] rooted at DIR (the
@@ -176,7 +216,11 @@ pub(crate) async fn setup_document(
     durable: Option<noetic_storage_sqlite::SqliteStorage>,
 ) -> Result<Setup, Failure> {
     let (environment, fs_root) = environment(options)?;
-    let registry = registry(fs_root.as_deref(), options.allow_shell);
+    let registry = registry(
+        fs_root.as_deref(),
+        options.allow_shell,
+        &options.needs_approval,
+    );
     // Validate before choosing the provider: an invalid workflow must not start the demo model, an
     // MCP server, or touch the network. The placeholder model lets nodes without one hydrate; the real
     // default is only known once the provider is chosen.
@@ -187,6 +231,13 @@ pub(crate) async fn setup_document(
     )
     .map_err(|error| invalid(flow, &error))?;
     let mcp = connect_mcp(options, document).await?;
+    let connected: Vec<McpServer> = mcp
+        .everywhere
+        .iter()
+        .chain(&mcp.declared)
+        .cloned()
+        .collect();
+    check_gated(options, &registry, &connected)?;
     let registry = mcp.declared.iter().fold(registry, |registry, server| {
         registry.tool_source(server.name().to_owned(), server.clone())
     });
@@ -236,7 +287,7 @@ pub(crate) async fn setup_document(
 pub(crate) fn validate(flow: &str) -> Result<(), Failure> {
     let document = read(flow)?;
     // Validation does not need a real model: a placeholder lets nodes without one hydrate.
-    let every_tool = with_declared(registry(Some(Path::new("/")), true), &document);
+    let every_tool = with_declared(registry(Some(Path::new("/")), true, &[]), &document);
     hydrate_with(&document, &every_tool, Some(PLACEHOLDER_MODEL.to_owned()))
         .map_err(|error| invalid(flow, &error))?;
     let mut tree = String::new();

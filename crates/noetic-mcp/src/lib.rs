@@ -133,6 +133,15 @@ impl McpServerBuilder {
         self
     }
 
+    /// Calls of these tools (MCP names) wait for a person's approval before they run
+    /// (`noetic_core::AgentHarness::approve`).
+    pub fn needs_approval(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.filter
+            .needs_approval
+            .extend(tools.into_iter().map(Into::into));
+        self
+    }
+
     /// How long one call may take before it is cancelled and answered with a timeout (default
     /// [`DEFAULT_CALL_TIMEOUT`]).
     pub fn call_timeout(mut self, timeout: Duration) -> Self {

@@ -17,6 +17,8 @@ pub(crate) struct ToolFilter {
     pub(crate) allow: Option<Vec<String>>,
     /// Never these.
     pub(crate) deny: Vec<String>,
+    /// Calls of these wait for a person's approval (see `noetic_core::Tool::needs_approval`).
+    pub(crate) needs_approval: Vec<String>,
 }
 
 impl ToolFilter {
@@ -74,6 +76,10 @@ pub(crate) fn snapshot(
                 call_tool(call.clone(), called.clone(), arguments)
             },
         );
+        let tool = tool.map(|tool| {
+            let gated = filter.needs_approval.contains(&mcp_name);
+            tool.needs_approval(gated)
+        });
         match tool {
             Ok(tool) => {
                 tools.push(tool);

@@ -217,18 +217,18 @@ async fn run_with_approvals(
         .into_iter()
         .map(|ask| {
             ask.map(|request| {
-                if emit.active(ctx) {
-                    emit.emit(
-                        ctx,
-                        FrameworkEvent::ApprovalRequested {
-                            approval_id: request.approval_id.clone(),
-                            call_id: request.call_id.clone(),
-                            tool: request.tool.clone(),
-                            arguments: request.arguments.clone(),
-                        },
-                    );
+                // Announced only once it waits: whoever reads the event may decide at once.
+                let event = emit.active(ctx).then(|| FrameworkEvent::ApprovalRequested {
+                    approval_id: request.approval_id.clone(),
+                    call_id: request.call_id.clone(),
+                    tool: request.tool.clone(),
+                    arguments: request.arguments.clone(),
+                });
+                let waiting = approvals.ask(request);
+                if let Some(event) = event {
+                    emit.emit(ctx, event);
                 }
-                approvals.ask(request)
+                waiting
             })
         })
         .collect();
