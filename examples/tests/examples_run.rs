@@ -234,3 +234,25 @@ fn the_mcp_example_offers_the_server_s_tool_and_the_model_s_call_reaches_it() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_approval_example_runs_the_approved_call_and_feeds_back_a_rejection() {
+    let (approved, _) = run_example("approval", &[]);
+    assert!(
+        approved.contains("approval requested: send_email"),
+        "{approved}"
+    );
+    assert!(
+        approved.contains("status: awaiting approval of 1 call(s)"),
+        "{approved}"
+    );
+    assert!(approved.contains("approved\n"), "{approved}");
+    assert!(approved.contains("sent \""), "{approved}");
+
+    let (rejected, _) = run_example("approval", &["reject"]);
+    assert!(
+        rejected.contains("Tool call rejected: the release is not announced yet"),
+        "{rejected}"
+    );
+    assert!(!rejected.contains("sent \""), "{rejected}");
+}
