@@ -279,3 +279,102 @@ async fn a_steer_sent_mid_tool_survives_sigkill_and_the_resumed_turn_applies_it(
         .unwrap();
     assert!(output_at < steer_at, "{input:?}");
 }
+
+/// Reads `chat`'s stderr until a line starting with `approval needed:`; returns its approval id, or
+/// `None` when the chat ended first (refused with `LEASE_HELD` while the killed chat's lease lives).
+async fn approval_prompt(chat: &mut LiveChat) -> Option<String> {
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = chat.stderr.next_line().await.expect("read stderr") {
+            if let Some(prompt) = line.strip_prefix("approval needed:") {
+                let id = prompt.split("/approve ").nth(1)?.split(' ').next()?;
+                return Some(id.to_owned());
+            }
+            if line.contains("error[LEASE_HELD]") {
+                return None;
+            }
+        }
+        None
+    })
+    .await
+    .expect("a prompt or the end of the chat in time")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_awaiting_approval_survives_sigkill_and_runs_once_when_approved_after_the_restart() {
+    let dir = TempDir::new();
+    let server = MockServer::start().await;
+    // Each run of the shell call appends a line: the count is how often the tool ran.
+    server.set_responder(|request| {
+        let answered = request.body["input"].as_array().is_some_and(|items| {
+            items
+                .iter()
+                .any(|item| item["type"] == "function_call_output")
+        });
+        if answered {
+            text_reply("appended")
+        } else {
+            crate::call_reply("shell", &json!({"command": "echo ran >> runs.txt"}))
+        }
+    });
+    let fs_dir = dir.path().join("work");
+    std::fs::create_dir_all(&fs_dir).unwrap();
+    let fs_dir = fs_dir.to_str().unwrap().to_owned();
+    let gated = [
+        "--allow-fs",
+        fs_dir.as_str(),
+        "--allow-shell",
+        "--needs-approval",
+        "shell",
+    ];
+    let flow = dir.write("flow.json", &chat_flow(&[json!({"type": "shell"})]));
+    let db = dir.path().join("chat.db");
+    let db = db.to_str().unwrap().to_owned();
+
+    let mut chat = LiveChat::start(chat_args(&flow, &db, &server, &gated));
+    chat.send("append a line").await;
+    let asked = approval_prompt(&mut chat)
+        .await
+        .expect("asked before the kill");
+    chat.sigkill().await;
+    let runs = std::path::Path::new(&fs_dir).join("runs.txt");
+    assert!(!runs.exists(), "nothing ran before the decision");
+
+    // The next chat on the thread resumes the turn, which asks again under the same id.
+    let deadline = tokio::time::Instant::now() + CHILD_TIMEOUT;
+    let mut chat = loop {
+        let mut chat = LiveChat::start(chat_args(&flow, &db, &server, &gated));
+        match approval_prompt(&mut chat).await {
+            Some(again) => {
+                assert_eq!(again, asked, "the same call asks under the same id");
+                break chat;
+            }
+            None => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the killed chat's lease never expired"
+            ),
+        }
+    };
+    chat.send(&format!("/approve {asked}")).await;
+    let status = chat.status().await;
+    assert_ne!(status["status"], "awaiting_approval", "{status}");
+    drop(chat.stdin);
+    let exited = tokio::time::timeout(CHILD_TIMEOUT, chat.child.wait())
+        .await
+        .expect("the chat finishes the turn and exits")
+        .unwrap();
+    assert!(exited.success());
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "ran\n",
+        "ran exactly once"
+    );
+    let last = server.requests().pop().unwrap();
+    assert!(
+        last.body["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|item| item["type"] == "function_call_output"),
+        "the turn went on with the call's output"
+    );
+}

@@ -19,6 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod abort;
+mod approval_props;
 mod approvals;
 mod delivery;
 mod derived;
