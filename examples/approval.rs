@@ -72,10 +72,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     println!("status: awaiting approval of {} call(s)", calls.len());
                 }
                 if reject {
-                    harness.reject(thread, approval_id, "the release is not announced yet")?;
+                    harness
+                        .reject(thread, approval_id, "the release is not announced yet")
+                        .await?;
                     println!("rejected");
                 } else {
-                    harness.approve(thread, approval_id)?;
+                    harness.approve(thread, approval_id).await?;
                     println!("approved");
                 }
             }

@@ -472,8 +472,8 @@ async fn converse(
                     Ok(Line::Decide { thread, approval_id, reason }) => {
                         let thread_id = thread.unwrap_or_else(|| threads.own.clone());
                         let decided = match reason {
-                            None => harness.approve(&thread_id, &approval_id),
-                            Some(reason) => harness.reject(&thread_id, &approval_id, reason),
+                            None => harness.approve(&thread_id, &approval_id).await,
+                            Some(reason) => harness.reject(&thread_id, &approval_id, reason).await,
                         };
                         if let Err(error) = decided {
                             eprintln!("error[{}]: {error}", error.code());

@@ -62,7 +62,7 @@ pub(crate) async fn run(
             }) = &*event
             {
                 if options.approve_all {
-                    harness.approve(&thread, approval_id)?;
+                    harness.approve(&thread, approval_id).await?;
                 } else {
                     refused = Some(tool.clone());
                     let abort = AbortOptions::new()

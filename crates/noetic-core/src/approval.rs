@@ -9,18 +9,27 @@
 //! under the same id wherever it asks again. A decision is taken once: deciding removes the request
 //! under the hub's lock, so a second decision on the same id (or one for a request that is not
 //! waiting) is `APPROVAL_NOT_FOUND`.
+//!
+//! With a durable store, a durable turn's request is also a row `approval/<thread>/<id>` (written
+//! before it is announced, removed once the call has its output): a harness restarted on the store
+//! lists it, and a decision taken there (before the resumed turn asks again) is written into the row,
+//! where the resumed turn's ask finds and takes it.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::adapter::{Commit, DurableStore};
 use crate::{Error, Result};
 
+/// The version of an approval row.
+const ROW_VERSION: u32 = 1;
+
 /// A call waiting for a person's decision: exactly what will run if approved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ApprovalRequest {
     /// The approval's id (the call's idempotency key): what `approve` and `reject` take.
@@ -36,7 +45,8 @@ pub struct ApprovalRequest {
 }
 
 /// What a person decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ApprovalDecision {
     /// Run the call.
@@ -64,13 +74,105 @@ struct State {
     next_ticket: u64,
 }
 
+/// A durable request: `approval/<thread>/<id>`.
+#[derive(Serialize, Deserialize)]
+struct Row {
+    v: u32,
+    request: ApprovalRequest,
+    /// Taken by a harness that had no waiter for it (restarted): the resumed turn takes it.
+    decision: Option<ApprovalDecision>,
+}
+
+fn row_key(thread: &str, approval_id: &str) -> String {
+    format!("approval/{thread}/{approval_id}")
+}
+
 /// The runtime's pending approvals.
 #[derive(Default)]
 pub(crate) struct Approvals {
     state: Mutex<State>,
+    /// Where durable turns' requests are kept.
+    store: Option<Arc<dyn DurableStore>>,
 }
 
 impl Approvals {
+    /// The hub of a runtime, keeping durable requests in `store`.
+    pub(crate) fn new(store: Option<Arc<dyn DurableStore>>) -> Self {
+        Approvals {
+            state: Mutex::default(),
+            store,
+        }
+    }
+
+    async fn read_row(&self, store: &Arc<dyn DurableStore>, key: &str) -> Result<Option<Row>> {
+        let Some(bytes) = store.record(key).await? else {
+            return Ok(None);
+        };
+        let row: Row =
+            serde_json::from_slice(&bytes).map_err(|error| corrupt(key, &error.to_string()))?;
+        if row.v != ROW_VERSION {
+            return Err(corrupt(key, &format!("unknown row version {}", row.v)));
+        }
+        Ok(Some(row))
+    }
+
+    async fn write_row(&self, row: &Row) -> Result<()> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let key = row_key(&row.request.thread_id, &row.request.approval_id);
+        let bytes = serde_json::to_vec(row).map_err(|error| corrupt(&key, &error.to_string()))?;
+        store.commit(Commit::new().put(key, bytes)).await
+    }
+
+    /// A durable request's row is gone once its call has an output.
+    pub(crate) async fn forget(&self, thread: &str, approval_id: &str) -> Result<()> {
+        match &self.store {
+            Some(store) => {
+                store
+                    .commit(Commit::new().delete(row_key(thread, approval_id)))
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Asks for `request` as [`Approvals::ask`] does; for a durable turn (`durable`) the request is
+    /// kept as a row first, and a decision already in its row (taken by a restarted harness) answers
+    /// at once.
+    ///
+    /// # Errors
+    /// The store's errors; `CHECKPOINT_CORRUPT` naming the row when it does not read back.
+    pub(crate) async fn ask_durably(
+        self: &Arc<Self>,
+        request: ApprovalRequest,
+        durable: bool,
+    ) -> Result<Waiting> {
+        let Some(store) = self.store.as_ref().filter(|_| durable) else {
+            return Ok(self.ask(request));
+        };
+        let key = row_key(&request.thread_id, &request.approval_id);
+        if let Some(Row {
+            decision: Some(decision),
+            ..
+        }) = self.read_row(store, &key).await?
+        {
+            let (decide, answer) = oneshot::channel();
+            let _ = decide.send(decision);
+            return Ok(Waiting {
+                approvals: self.clone(),
+                ticket: u64::MAX,
+                decision: answer,
+            });
+        }
+        self.write_row(&Row {
+            v: ROW_VERSION,
+            request: request.clone(),
+            decision: None,
+        })
+        .await?;
+        Ok(self.ask(request))
+    }
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         crate::sync::lock(&self.state)
     }
@@ -104,6 +206,71 @@ impl Approvals {
             ticket,
             decision,
         }
+    }
+
+    /// Takes the decision as [`Approvals::decide`] does; without a waiter here, a durable request's
+    /// row (a restarted harness) takes it instead, and `Ok((request, true))` says its turn must be
+    /// resumed to use it.
+    ///
+    /// # Errors
+    /// As [`Approvals::decide`]; the store's errors.
+    pub(crate) async fn decide_durably(
+        &self,
+        thread: &str,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        always: bool,
+    ) -> Result<(ApprovalRequest, bool)> {
+        match self.decide(thread, approval_id, decision.clone(), always) {
+            Err(Error::ApprovalNotFound { .. }) if self.store.is_some() => {}
+            decided => return decided.map(|request| (request, false)),
+        }
+        let not_found = || Error::ApprovalNotFound {
+            approval_id: approval_id.to_owned(),
+            thread_id: thread.to_owned(),
+        };
+        let Some(store) = &self.store else {
+            return Err(not_found());
+        };
+        let key = row_key(thread, approval_id);
+        match self.read_row(store, &key).await? {
+            Some(mut row) if row.decision.is_none() => {
+                if always && decision == ApprovalDecision::Approved {
+                    self.lock()
+                        .always
+                        .insert((thread.to_owned(), row.request.tool.clone()));
+                }
+                row.decision = Some(decision);
+                self.write_row(&row).await?;
+                Ok((row.request, true))
+            }
+            _ => Err(not_found()),
+        }
+    }
+
+    /// The requests waiting on `thread`: those asked here, then the durable rows no waiter here
+    /// holds (a restarted harness), undecided, in key order.
+    ///
+    /// # Errors
+    /// The store's errors; `CHECKPOINT_CORRUPT` naming a row that does not read back.
+    pub(crate) async fn pending_durably(&self, thread: &str) -> Result<Vec<ApprovalRequest>> {
+        let mut pending = self.pending(thread);
+        let Some(store) = &self.store else {
+            return Ok(pending);
+        };
+        let prefix = format!("approval/{thread}/");
+        for (key, bytes) in store.records(&prefix).await? {
+            let row: Row = serde_json::from_slice(&bytes)
+                .map_err(|error| corrupt(&key, &error.to_string()))?;
+            if row.decision.is_none()
+                && !pending
+                    .iter()
+                    .any(|known| known.approval_id == row.request.approval_id)
+            {
+                pending.push(row.request);
+            }
+        }
+        Ok(pending)
     }
 
     /// Takes the decision on `approval_id` of `thread`: the request leaves the hub, and its call runs
@@ -157,6 +324,19 @@ impl Approvals {
         self.lock()
             .pending
             .retain(|pending| pending.ticket != ticket);
+    }
+}
+
+fn corrupt(key: &str, problem: &str) -> Error {
+    Error::CheckpointCorrupt {
+        execution_id: key
+            .rsplit('/')
+            .next()
+            .and_then(|id| id.split(':').next())
+            .unwrap_or_default()
+            .to_owned(),
+        key: key.to_owned(),
+        problem: problem.to_owned(),
     }
 }
 

@@ -457,8 +457,8 @@ impl RuntimeBuilder {
                 lease_ttl: self.lease_ttl,
                 retention: self.retention,
             }),
+            approvals: Arc::new(Approvals::new(durable_store.clone())),
             paid_calls: Arc::new(PaidCalls::new(durable_store)),
-            approvals: Arc::new(Approvals::default()),
         })
     }
 }

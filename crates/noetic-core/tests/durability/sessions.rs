@@ -352,3 +352,74 @@ async fn a_thread_whose_last_turn_failed_reads_back_with_that_error_not_an_earli
         "{read_back:?}"
     );
 }
+
+#[tokio::test]
+async fn a_call_awaiting_approval_is_listed_after_a_crash_and_runs_once_when_approved_there() {
+    let store = Arc::new(KvDurableStore::in_memory());
+    let counts = Arc::new(Counts::default());
+    // Calls `echo` once, answers once it has the output.
+    let model = || {
+        ScriptedModel::responding(|request| {
+            if request.tool_outputs().is_empty() {
+                ScriptedResponse::tool_call("c1", "echo", json!({"text": "sent"}))
+            } else {
+                ScriptedResponse::text(&format!("done: {}", request.tool_outputs().join(",")))
+            }
+        })
+    };
+    let gated = |counts: &Arc<Counts>| echo_tool(counts.clone(), None).needs_approval(true);
+    {
+        let (store, counts, first_model) = (store.clone(), counts.clone(), model());
+        crash_after(move || async move {
+            let first = harness_with(&store, &first_model, gated(&counts));
+            let mut events = first.events(Scope::thread(THREAD));
+            first.execute("send it", on_thread()).await.unwrap();
+            while let Some(event) = futures_util::StreamExt::next(&mut events).await {
+                if matches!(
+                    &*event,
+                    noetic_core::StreamEvent::Framework(
+                        noetic_core::FrameworkEvent::ApprovalRequested { .. }
+                    )
+                ) {
+                    break;
+                }
+            }
+            // Crash while the call waits for a person.
+        });
+    }
+    assert!(
+        counts.call_runs().is_empty(),
+        "nothing ran before the decision"
+    );
+
+    let second = harness_with(&store, &model(), gated(&counts));
+    // Listed from the store, before the thread is read back.
+    let pending = second
+        .pending_approvals(Scope::thread(THREAD))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].tool, "echo");
+    assert_eq!(pending[0].arguments, json!({"text": "sent"}));
+    let id = pending[0].approval_id.clone();
+    // The decision is kept with the request (the crashed holder's lease may still be live).
+    second.approve(THREAD, &id).await.unwrap();
+    assert_eq!(
+        second.approve(THREAD, &id).await.unwrap_err().code(),
+        "APPROVAL_NOT_FOUND",
+        "single-use across the restart too"
+    );
+    load_after_the_lease(&second).await;
+    let response = second.agent_response(Scope::thread(THREAD)).await.unwrap();
+
+    assert_eq!(response.text, "done: sent");
+    assert_eq!(counts.call_runs().get("c1"), Some(&1), "ran exactly once");
+    // Answered: the request is gone from the store.
+    assert!(
+        second
+            .pending_approvals(Scope::thread(THREAD))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

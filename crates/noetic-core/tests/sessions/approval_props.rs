@@ -152,7 +152,7 @@ async fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
                 sent.push(id);
             }
             Op::Approve { pick } | Op::Reject { pick } => {
-                let pending = harness.pending_approvals(scope.clone());
+                let pending = harness.pending_approvals(scope.clone()).await.unwrap();
                 let id = match pending.get(pick % pending.len().max(1)) {
                     Some(request) => request.approval_id.clone(),
                     // A stale id: one decided before, or none at all.
@@ -163,9 +163,9 @@ async fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
                         .unwrap_or_else(|| "none".to_owned()),
                 };
                 let outcome = if matches!(op, Op::Approve { .. }) {
-                    harness.approve(thread, &id)
+                    harness.approve(thread, &id).await
                 } else {
-                    harness.reject(thread, &id, "no")
+                    harness.reject(thread, &id, "no").await
                 };
                 match outcome {
                     Ok(_) => {
@@ -192,12 +192,16 @@ async fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
     // Drain: approve whatever still waits until the thread is done.
     guarded("the thread to finish", async {
         loop {
-            for request in harness.pending_approvals(scope.clone()) {
-                if harness.approve(thread, &request.approval_id).is_ok() {
+            for request in harness.pending_approvals(scope.clone()).await.unwrap() {
+                if harness.approve(thread, &request.approval_id).await.is_ok() {
                     approved.insert(request.approval_id);
                 }
             }
-            if harness.pending_approvals(scope.clone()).is_empty()
+            if harness
+                .pending_approvals(scope.clone())
+                .await
+                .unwrap()
+                .is_empty()
                 && harness.status(scope.clone()) == noetic_core::SessionStatus::Idle
                 && harness.queue_len(scope.clone()) == 0
             {

@@ -106,7 +106,7 @@ async fn gated_calls_wait_while_the_others_run_and_every_call_gets_an_output() {
         .await;
     assert_eq!(lookup.runs(), 1);
     assert_eq!(email.runs(), 0);
-    let pending = harness.pending_approvals(scope.clone());
+    let pending = harness.pending_approvals(scope.clone()).await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].approval_id, asked[0].0);
     assert_eq!(pending[0].tool, "send_email");
@@ -116,7 +116,7 @@ async fn gated_calls_wait_while_the_others_run_and_every_call_gets_an_output() {
         SessionStatus::AwaitingApproval { calls, .. } if calls == pending
     ));
 
-    let approved = harness.approve("t1", &asked[0].0).unwrap();
+    let approved = harness.approve("t1", &asked[0].0).await.unwrap();
     assert_eq!(approved.call_id, "c1");
     let response = guarded("the turn", harness.agent_response(scope.clone()))
         .await
@@ -138,7 +138,7 @@ async fn gated_calls_wait_while_the_others_run_and_every_call_gets_an_output() {
         ("t1", "nope"),
         ("t2", asked[0].0.as_str()),
     ] {
-        let error = harness.approve(thread, id).unwrap_err();
+        let error = harness.approve(thread, id).await.unwrap_err();
         assert_eq!(error.code(), "APPROVAL_NOT_FOUND");
     }
 }
@@ -160,6 +160,7 @@ async fn a_rejection_is_the_call_s_output_and_the_tool_never_runs() {
 
     harness
         .reject("__default__", &asked[0].0, "not that directory")
+        .await
         .unwrap();
     let turn = events.turn().await;
 
@@ -174,6 +175,7 @@ async fn a_rejection_is_the_call_s_output_and_the_tool_never_runs() {
     assert_eq!(
         harness
             .reject("__default__", &asked[0].0, "again")
+            .await
             .unwrap_err()
             .code(),
         "APPROVAL_NOT_FOUND"
@@ -201,10 +203,10 @@ async fn a_rule_gates_only_the_calls_it_holds_for_and_always_approve_stops_askin
     harness.execute("Pay", thread("shop")).await.unwrap();
 
     let asked = requested(&mut events, 1).await;
-    let pending = harness.pending_approvals(scope.clone());
+    let pending = harness.pending_approvals(scope.clone()).await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].arguments, json!({"amount": 500}));
-    harness.approve_always("shop", &asked[0].0).unwrap();
+    harness.approve_always("shop", &asked[0].0).await.unwrap();
     events.turn().await;
     assert_eq!(pay.runs(), 2);
 
@@ -245,7 +247,7 @@ async fn a_steer_sent_while_awaiting_approval_is_applied_after_the_round() {
         harness.status(Scope::default()),
         SessionStatus::AwaitingApproval { .. }
     ));
-    harness.approve("__default__", &asked[0].0).unwrap();
+    harness.approve("__default__", &asked[0].0).await.unwrap();
     events.turn().await;
 
     assert_eq!(email.runs(), 1);
@@ -276,10 +278,17 @@ async fn an_abort_answers_every_waiting_call_and_withdraws_its_requests() {
     harness.abort(AbortOptions::new().reason("user left")).await;
 
     assert_eq!(email.runs(), 0);
-    assert!(harness.pending_approvals(Scope::default()).is_empty());
+    assert!(
+        harness
+            .pending_approvals(Scope::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         harness
             .approve("__default__", &asked[0].0)
+            .await
             .unwrap_err()
             .code(),
         "APPROVAL_NOT_FOUND"
@@ -326,10 +335,13 @@ async fn other_threads_run_while_one_awaits_approval() {
     .await
     .unwrap();
     assert_eq!(fast.text, "ok");
-    let pending: Vec<ApprovalRequest> = harness.pending_approvals(Scope::thread("slow"));
+    let pending: Vec<ApprovalRequest> = harness
+        .pending_approvals(Scope::thread("slow"))
+        .await
+        .unwrap();
     assert_eq!(pending.len(), 1);
 
-    harness.approve("slow", &asked[0].0).unwrap();
+    harness.approve("slow", &asked[0].0).await.unwrap();
     let slow = guarded(
         "the approved thread",
         harness.agent_response(Scope::thread("slow")),

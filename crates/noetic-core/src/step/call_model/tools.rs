@@ -213,30 +213,33 @@ async fn run_with_approvals(
     emit: &EmitPolicy,
 ) -> Result<CallsOutcome> {
     let approvals = ctx.runtime().approvals();
-    let mut waits: Vec<Option<Waiting>> = asks
-        .into_iter()
-        .map(|ask| {
-            ask.map(|request| {
-                // Announced only once it waits: whoever reads the event may decide at once.
-                let event = emit.active(ctx).then(|| FrameworkEvent::ApprovalRequested {
-                    approval_id: request.approval_id.clone(),
-                    call_id: request.call_id.clone(),
-                    tool: request.tool.clone(),
-                    arguments: request.arguments.clone(),
-                });
-                let waiting = approvals.ask(request);
-                if let Some(event) = event {
-                    emit.emit(ctx, event);
-                }
-                waiting
-            })
-        })
-        .collect();
+    // A durable turn's requests are kept in the store too: a restarted harness lists them.
+    let durable = ctx.journal().is_some();
+    let mut waits: Vec<Option<Waiting>> = Vec::with_capacity(asks.len());
+    for ask in asks {
+        let Some(request) = ask else {
+            waits.push(None);
+            continue;
+        };
+        // Announced only once it waits: whoever reads the event may decide at once.
+        let event = emit.active(ctx).then(|| FrameworkEvent::ApprovalRequested {
+            approval_id: request.approval_id.clone(),
+            call_id: request.call_id.clone(),
+            tool: request.tool.clone(),
+            arguments: request.arguments.clone(),
+        });
+        waits.push(Some(approvals.ask_durably(request, durable).await?));
+        if let Some(event) = event {
+            emit.emit(ctx, event);
+        }
+    }
     let (gated, ungated): (Vec<usize>, Vec<usize>) =
         (0..calls.len()).partition(|index| waits[*index].is_some());
     let mut items = Vec::with_capacity(calls.len());
+    let thread = ctx.thread_id().unwrap_or(DEFAULT_THREAD);
     for index in ungated.into_iter().chain(gated) {
         let call = &calls[index];
+        let was_gated = waits[index].is_some();
         let outcome = match waits[index].take() {
             None => start_call(call, tools, ctx, emit).await?,
             Some(mut waiting) => match until_cancelled(ctx, waiting.decision()).await {
@@ -270,6 +273,7 @@ async fn run_with_approvals(
                         CallOutcome::error(ABORTED_AWAITING_APPROVAL.to_owned()),
                         emit,
                     ));
+                    let mut answered = vec![call];
                     for (later, wait) in waits.iter_mut().enumerate() {
                         if wait.take().is_some() {
                             items.push(record(
@@ -278,6 +282,14 @@ async fn run_with_approvals(
                                 CallOutcome::error(ABORTED_AWAITING_APPROVAL.to_owned()),
                                 emit,
                             ));
+                            answered.push(&calls[later]);
+                        }
+                    }
+                    if durable {
+                        for call in answered {
+                            approvals
+                                .forget(thread, &ctx.idempotency_key(&call.call_id))
+                                .await?;
                         }
                     }
                     ctx.check_aborted()?;
@@ -292,6 +304,12 @@ async fn run_with_approvals(
         };
         items.push(record(ctx, call, outcome, emit));
         ctx.checkpoint().await?;
+        if was_gated {
+            // Answered and recorded: the request is done with.
+            approvals
+                .forget(thread, &ctx.idempotency_key(&call.call_id))
+                .await?;
+        }
     }
     Ok(CallsOutcome {
         outputs: items,
