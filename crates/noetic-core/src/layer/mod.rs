@@ -222,6 +222,15 @@ pub trait ContextLayer: Send + Sync + 'static {
         Box::pin(async { LayerDecision::Allow })
     }
 
+    /// Whether this tool call must wait for a person's approval before it runs (see
+    /// [`crate::AgentHarness::approve`]): asked for every call of a round, before any runs, so the
+    /// round's other calls can run while it waits. Any layer saying `true` is enough. A cheap,
+    /// side-effect-free check of the call itself (the layer's state is in `ctx`); `false` by default.
+    /// `before_tool_call` still runs for an approved call, just before it runs.
+    fn requires_approval(&self, _ctx: LayerCtx<'_>, _call: ToolCallView<'_>) -> bool {
+        false
+    }
+
     /// Called before each tool call of a model round, in layer order. The first `Deny` wins; `Guide`
     /// texts of several layers are joined.
     fn before_tool_call<'a>(

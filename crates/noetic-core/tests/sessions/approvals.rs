@@ -351,3 +351,48 @@ async fn other_threads_run_while_one_awaits_approval() {
     assert_eq!(slow.text, "ok");
     assert_eq!(email.runs(), 1);
 }
+
+/// A layer asking for approval of `pay` calls above 100.
+struct SpendingPolicy;
+
+impl noetic_core::ContextLayer for SpendingPolicy {
+    fn id(&self) -> &str {
+        "spending-policy"
+    }
+
+    fn requires_approval(
+        &self,
+        _ctx: noetic_core::layer::LayerCtx<'_>,
+        call: noetic_core::layer::ToolCallView<'_>,
+    ) -> bool {
+        call.name == "pay" && call.arguments["amount"].as_f64() > Some(100.0)
+    }
+}
+
+#[tokio::test]
+async fn a_layer_can_ask_for_approval_of_a_tool_that_does_not() {
+    let pay = Counted::new("pay");
+    let model = ScriptedModel::with_responses([
+        ScriptedResponse::tool_calls(&[
+            ("c1", "pay", json!({"amount": 5})),
+            ("c2", "pay", json!({"amount": 500})),
+        ]),
+        ScriptedResponse::text("Paid."),
+    ]);
+    let harness = AgentHarness::builder("agent")
+        .provider("scripted", model.clone())
+        .context_layers([Arc::new(SpendingPolicy) as Arc<dyn noetic_core::ContextLayer>])
+        .agent_graph(call_model("llm").model("m").tool(pay.tool()))
+        .build()
+        .unwrap();
+    let mut events = Events::subscribe(&harness, Scope::default());
+    harness.execute("Pay", ExecuteOptions::new()).await.unwrap();
+
+    let asked = requested(&mut events, 1).await;
+    let pending = harness.pending_approvals(Scope::default()).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].arguments, json!({"amount": 500}));
+    harness.approve("__default__", &asked[0].0).await.unwrap();
+    events.turn().await;
+    assert_eq!(pay.runs(), 2);
+}

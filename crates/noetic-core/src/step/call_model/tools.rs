@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::event::FrameworkEvent;
 use crate::id::DEFAULT_THREAD;
 use crate::item::{FunctionCallItem, Item};
-use crate::layer::{LayerDecision, ToolCallView, gate_tool_call};
+use crate::layer::{LayerCtx, LayerDecision, ToolCallView, gate_tool_call};
 use crate::model::ToolSpec;
 use crate::steer::SteerPoint;
 use crate::tool::{Tool, ToolContext, output_text};
@@ -108,7 +108,7 @@ pub(super) async fn run_calls(
     concurrency: usize,
     emit: &EmitPolicy,
 ) -> Result<CallsOutcome> {
-    if tools.gated {
+    if tools.gated || !ctx.layers().is_empty() {
         let asks: Vec<Option<ApprovalRequest>> = calls
             .iter()
             .map(|call| approval_needed(call, tools, ctx))
@@ -184,7 +184,17 @@ fn approval_needed(
         tool_name: tool.name().to_owned(),
     };
     let thread = ctx.thread_id().unwrap_or(DEFAULT_THREAD);
-    if !tool.requires_approval(&arguments, &tool_ctx)
+    let view = ToolCallView {
+        name: tool.name(),
+        call_id: &call.call_id,
+        arguments: &arguments,
+    };
+    let asked = tool.requires_approval(&arguments, &tool_ctx)
+        || ctx
+            .layers()
+            .iter()
+            .any(|layer| layer.requires_approval(LayerCtx::new(ctx, layer.id()), view));
+    if !asked
         || ctx
             .runtime()
             .approvals()
