@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod approval_restarts;
 mod errors;
 mod ledger;
 mod resume;
