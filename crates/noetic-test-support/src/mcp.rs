@@ -6,7 +6,8 @@
 //! result), `slow {ms}` (sleeps; notes a cancellation), `toggle` (adds or removes `extra` and sends
 //! `notifications/tools/list_changed`), `extra`, `env {name}` (the variable's value, or `<unset>`),
 //! `grandchild` (starts `sleep 300` and answers its pid), `die` (exits the process: stdio only),
-//! `echo {text}` (says it back).
+//! `echo {text}` (says it back), `wait_for {event}` (returns once the server's event log has a line
+//! containing `event`: how a test over stdio waits for what the server saw).
 //! `tools/list` pages two tools at a time, so clients must follow the cursor.
 //!
 //! What the server observed (calls, cancellations) goes to its event log: in memory for the HTTP
@@ -83,6 +84,11 @@ fn base_tools() -> Vec<Tool> {
             "Says back the text it is given",
             json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
         ),
+        tool(
+            "wait_for",
+            "Returns once the server's event log has a line containing `event`",
+            json!({"type": "object", "properties": {"event": {"type": "string"}}, "required": ["event"]}),
+        ),
     ]
 }
 
@@ -95,6 +101,26 @@ struct EventLog {
 }
 
 impl EventLog {
+    /// Waits until a line satisfying `matches` is in the log.
+    async fn wait_for(&self, matches: impl Fn(&str) -> bool) {
+        loop {
+            // Registered before the check, so a line pushed in between still wakes it.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let seen = self
+                .lines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .any(|line| matches(line));
+            if seen {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     fn push(&self, line: String) {
         if let Some(path) = &self.file
             && let Ok(mut file) = std::fs::OpenOptions::new()
@@ -238,6 +264,15 @@ impl ServerHandler for TestServer {
                 text(child.id().to_string())
             }
             "die" => std::process::exit(3),
+            "wait_for" => {
+                let wanted = arguments
+                    .and_then(|arguments| arguments.get("event"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                self.log.wait_for(|line| line.contains(&wanted)).await;
+                text(format!("seen: {wanted}"))
+            }
             "echo" => {
                 let said = arguments
                     .and_then(|arguments| arguments.get("text"))
@@ -382,13 +417,7 @@ impl McpTestServer {
 
     /// Waits until an event satisfying `matches` is in the log.
     pub async fn wait_for_event(&self, matches: impl Fn(&str) -> bool) {
-        loop {
-            let changed = self.log.changed.notified();
-            if self.events().iter().any(|line| matches(line)) {
-                return;
-            }
-            changed.await;
-        }
+        self.log.wait_for(matches).await;
     }
 
     /// Forgets every session, as a server restart or a session timeout would: the next request

@@ -2,29 +2,15 @@
 //! `--jsonl`, `/approve` and `/reject` in plain mode); `run` cannot ask and exits 1 unless
 //! `--approve-all`.
 
-use noetic_test_support::{MockReply, MockServer, RecordedHttpRequest};
+use noetic_test_support::MockServer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
 use crate::{
-    CHILD_TIMEOUT, TempDir, args, call_reply, echo_flow, mock_options, noetic, run_noetic,
+    CHILD_TIMEOUT, TempDir, answer_with_tool_output, args, call_reply, echo_flow, mock_options,
+    noetic, run_noetic,
 };
-
-/// Answers with the output of the last tool call the request carries.
-fn answer_with_tool_output(request: &RecordedHttpRequest) -> MockReply {
-    let output = request.body["input"]
-        .as_array()
-        .and_then(|items| {
-            items
-                .iter()
-                .rev()
-                .find(|item| item["type"] == "function_call_output")
-        })
-        .map(|item| item["output"].as_str().unwrap_or_default().to_owned())
-        .unwrap_or_default();
-    MockReply::answer(&format!("The tool said {output}"))
-}
 
 /// A provider whose every fresh question calls `echo` with the user's text, then answers with the
 /// tool's output.

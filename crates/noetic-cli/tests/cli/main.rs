@@ -214,6 +214,22 @@ pub(crate) fn call_reply(name: &str, arguments: &Value) -> MockReply {
     ])
 }
 
+/// A reply answering with the output of the last tool call the request carries
+/// (`The tool said <output>`): the final answer shows what the tool computed.
+pub(crate) fn answer_with_tool_output(request: &RecordedHttpRequest) -> MockReply {
+    let output = request.body["input"]
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .rev()
+                .find(|item| item["type"] == "function_call_output")
+        })
+        .map(|item| item["output"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    MockReply::answer(&format!("The tool said {output}"))
+}
+
 /// Whether a request's `input` already carries a tool's output (the model has called a tool).
 pub(crate) fn has_tool_output(request: &RecordedHttpRequest) -> bool {
     request.body["input"].as_array().is_some_and(|items| {

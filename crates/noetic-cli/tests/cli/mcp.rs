@@ -1,31 +1,16 @@
 //! `--mcp NAME=COMMAND` / `--mcp NAME=URL`: an MCP server's tools offered to every model call as
 //! `NAME__TOOL`, against the real test MCP server (a child process of the CLI, or HTTP on loopback).
 
+use noetic_test_support::MockServer;
 use noetic_test_support::mcp::{McpTestServer, mcp_test_server_path};
-use noetic_test_support::{MockReply, MockServer, RecordedHttpRequest};
 use serde_json::{Value, json};
 
-use crate::{TempDir, args, call_reply, mock_options, run_noetic};
+use crate::{TempDir, answer_with_tool_output, args, call_reply, mock_options, run_noetic};
 
 /// A one-node workflow with no tools of its own: the MCP server's come from `--mcp`.
 fn flow() -> Value {
     json!({"version": 1, "root": {"kind": "callModel", "id": "calculator",
         "instructions": "Use the calculator."}})
-}
-
-/// Answers with the output of the last tool call: the final answer carries what the tool computed.
-fn answer_with_tool_output(request: &RecordedHttpRequest) -> MockReply {
-    let output = request.body["input"]
-        .as_array()
-        .and_then(|items| {
-            items
-                .iter()
-                .rev()
-                .find(|item| item["type"] == "function_call_output")
-        })
-        .map(|item| item["output"].as_str().unwrap_or_default().to_owned())
-        .unwrap_or_default();
-    MockReply::answer(&format!("The tool said {output}"))
 }
 
 fn server_command() -> String {

@@ -21,7 +21,7 @@ async fn connect(mcp: &McpTestServer) -> McpServer {
 async fn tools_are_listed_and_a_model_s_call_reaches_the_next_request() {
     let mcp = McpTestServer::start_http(Some(TOKEN)).await;
     let server = connect(&mcp).await;
-    assert_eq!(server.tool_names().len(), 8);
+    assert_eq!(server.tool_names().len(), 9);
     assert_eq!(server.pid(), None);
     a_model_call_reaches_the_next_request(&server).await;
     server.shutdown().await;

@@ -4,8 +4,6 @@ use noetic_core::{Error, call_model};
 use noetic_mcp::{McpCommand, McpServer};
 use noetic_test_support::{MockReply, MockServer};
 use serde_json::json;
-use tokio::sync::mpsc;
-use tracing_subscriber::layer::SubscriberExt as _;
 
 use crate::{
     a_model_call_reaches_the_next_request, abort_mid_call, agent, calc, harness, offered, outputs,
@@ -16,7 +14,7 @@ use crate::{
 async fn every_page_of_tools_is_listed_with_its_schema_and_prefixed_name() {
     let server = calc().await;
 
-    // The server pages two at a time: eight tools take four pages.
+    // The server pages two at a time: nine tools take five pages.
     assert_eq!(
         server.tool_names(),
         [
@@ -27,7 +25,8 @@ async fn every_page_of_tools_is_listed_with_its_schema_and_prefixed_name() {
             "env",
             "grandchild",
             "die",
-            "echo"
+            "echo",
+            "wait_for"
         ]
     );
     let tools = server.tools();
@@ -204,49 +203,18 @@ async fn a_command_that_cannot_start_or_initialize_is_a_clear_error() {
     assert_eq!(unclosed.code(), "MCP_CONFIG_INVALID");
 }
 
-/// A `tracing` layer sending every line the servers wrote to stderr (target `noetic_mcp::stderr`).
-struct StderrLines(mpsc::UnboundedSender<String>);
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StderrLines {
-    fn on_event(
-        &self,
-        event: &tracing::Event<'_>,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        if event.metadata().target() != "noetic_mcp::stderr" {
-            return;
-        }
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
-            }
-        }
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        let _ = self.0.send(message.0);
-    }
+/// Returns once the server's event log has a line containing `event` (asked of the server itself,
+/// over the same session).
+async fn server_saw(server: &McpServer, event: &str) {
+    let seen = server
+        .call_tool("wait_for", json!({ "event": event }))
+        .await
+        .unwrap_or_else(|error| panic!("waiting for `{event}`: {}", error.message()));
+    assert_eq!(seen, json!(format!("seen: {event}")));
 }
 
-/// Waits until stderr lines containing each of `texts` (in any order) have come.
-async fn lines_with(lines: &mut mpsc::UnboundedReceiver<String>, texts: &[&str]) {
-    let mut missing: Vec<&str> = texts.to_vec();
-    while !missing.is_empty() {
-        let Some(line) = lines.recv().await else {
-            panic!("the server's stderr ended without {missing:?}");
-        };
-        missing.retain(|text| !line.contains(text));
-    }
-}
-
-// Current-thread: the subscriber set for this thread sees the stderr reader's events.
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test]
 async fn cancelling_a_run_mid_call_cancels_the_call_and_shutdown_leaves_no_process() {
-    let (sender, mut lines) = mpsc::unbounded_channel();
-    let _logs =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(StderrLines(sender)));
     let server = calc().await;
     let server_pid = server.pid().expect("a stdio server has a pid");
     // A process the server started: it must not outlive the shutdown either.
@@ -265,14 +233,10 @@ async fn cancelling_a_run_mid_call_cancels_the_call_and_shutdown_leaves_no_proce
         &json!({"ms": 60_000}),
     ));
     let harness = harness(&provider, &server);
-    abort_mid_call(
-        &harness,
-        &agent(&server),
-        lines_with(&mut lines, &["call slow"]),
-    )
-    .await;
+    abort_mid_call(&harness, &agent(&server), server_saw(&server, "call slow")).await;
     // The server heard the cancellation and stopped the tool.
-    lines_with(&mut lines, &["notification cancelled", "cancelled slow"]).await;
+    server_saw(&server, "notification cancelled").await;
+    server_saw(&server, "cancelled slow").await;
 
     server.shutdown().await;
     wait_gone(server_pid).await;
