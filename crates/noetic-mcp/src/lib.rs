@@ -468,8 +468,9 @@ impl McpServer {
         if let Some(mut service) = service {
             let _ = service.close_with_timeout(SHUTDOWN_GRACE).await;
         }
+        // The server itself is gone (closed stdin, SIGTERM, SIGKILL): what it started is not.
         if let Some(child) = &self.inner.child {
-            child.end().await;
+            child.kill_group();
         }
     }
 

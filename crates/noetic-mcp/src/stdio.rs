@@ -38,14 +38,6 @@ impl ChildGroup {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
     }
-
-    /// After the session closed (the server itself was ended by closing stdin, SIGTERM, SIGKILL):
-    /// kills what is left of the group.
-    pub(crate) async fn end(&self) {
-        self.kill_group();
-        // Signals are delivered asynchronously; give the kernel a moment before callers look.
-        tokio::task::yield_now().await;
-    }
 }
 
 /// The last lines the server wrote to stderr.

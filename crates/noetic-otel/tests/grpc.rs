@@ -13,9 +13,7 @@ use noetic_test_support::{
 };
 use tracing_subscriber::layer::SubscriberExt;
 
-/// The name of the test a child process runs (see `child_exports_what_its_environment_configures`).
-const CHILD_TEST: &str = "child_exports_what_its_environment_configures";
-/// Set in the child's environment so the child test knows it is one.
+/// Set in the child's environment so the test run there knows it is the child.
 const CHILD_MARK: &str = "NOETIC_OTEL_GRPC_CHILD";
 const HEADER_SECRET: &str = "Bearer grpc-collector-token-9c1e";
 
@@ -105,16 +103,20 @@ fn a_run_s_spans_reach_a_grpc_receiver_after_the_caller_s_runtime_is_gone() {
     assert_eq!(receiver.rejected(), 0);
 }
 
+/// The name of the test below: it runs itself again as a child process with the `OTEL_*`
+/// variables set (this process sets none of its own).
+const ENV_TEST: &str =
+    "otel_exporter_otlp_protocol_grpc_exports_with_the_environment_s_endpoint_headers_and_service";
+
 #[test]
 fn otel_exporter_otlp_protocol_grpc_exports_with_the_environment_s_endpoint_headers_and_service() {
+    if std::env::var_os(CHILD_MARK).is_some() {
+        export_what_the_environment_configures();
+        return;
+    }
     let (_server, receiver) = receiver();
     let child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            CHILD_TEST,
-            "--include-ignored",
-            "--test-threads=1",
-        ])
+        .args(["--exact", ENV_TEST, "--test-threads=1"])
         .env(CHILD_MARK, "1")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
@@ -157,14 +159,7 @@ fn otel_exporter_otlp_protocol_grpc_exports_with_the_environment_s_endpoint_head
 
 /// The child side of the test above: `init()` from the environment, two spans, the guard's drop
 /// flushes them.
-#[test]
-#[ignore = "runs only as the child process of the environment test above, which sets its OTEL_* variables"]
-fn child_exports_what_its_environment_configures() {
-    assert_eq!(
-        std::env::var(CHILD_MARK).as_deref(),
-        Ok("1"),
-        "run by the parent test only"
-    );
+fn export_what_the_environment_configures() {
     let guard = noetic_otel::init().expect("grpc export from the environment");
     {
         let _work = tracing::info_span!("child work").entered();

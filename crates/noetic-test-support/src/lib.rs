@@ -3,6 +3,8 @@
 //! - [`ScriptedModel`]: a [`noetic_core::ModelProvider`] that answers from a queue of canned responses,
 //!   each a list of OpenResponses events, and records every request it receives. For testing steps and
 //!   sessions, never for testing providers (those are tested over HTTP against a mock server).
+//! - [`YieldingModel`]: answers computed from each request, yielding before every stream event, for
+//!   tests of interleavings.
 //! - [`EventLog`]: an [`noetic_core::EventSink`] that keeps every event, for assertions.
 //! - [`MockServer`]: an HTTP server on `127.0.0.1:0` that answers provider requests with queued
 //!   [`MockReply`]s in the real wire format (SSE or JSON), with re-chunking, pacing and faults, and records
@@ -22,6 +24,7 @@ mod paced;
 mod platform;
 mod scripted;
 mod storage;
+mod yielding;
 
 pub use durable::durable_conformance;
 pub use events::EventLog;
@@ -31,6 +34,7 @@ pub use paced::{PacedCall, PacedModel};
 pub use platform::{fs_conformance, shell_conformance};
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};
 pub use storage::storage_conformance;
+pub use yielding::YieldingModel;
 
 use std::path::PathBuf;
 

@@ -5,19 +5,16 @@
 //! approved, and every accepted message is in the history once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
 use noetic_core::item::Item;
-use noetic_core::model::{ModelRequest, ModelStream};
 use noetic_core::{
-    AbortOptions, AgentHarness, DeliveryMode, Error, ExecuteOptions, KvDurableStore, ModelProvider,
-    Result, Role, Scope, Tool, ToolContext, ToolError, call_model,
+    AbortOptions, AgentHarness, DeliveryMode, Error, ExecuteOptions, KvDurableStore, Role, Scope,
+    Tool, ToolContext, ToolError, call_model,
 };
-use noetic_test_support::ScriptedResponse;
+use noetic_test_support::{ScriptedResponse, YieldingModel};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -49,39 +46,20 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Answers a user message with a round calling `gated` and `free`, anything else with text. Call
-/// ids come from a counter shared by every harness of the case, so no two rounds share one.
-#[derive(Clone)]
-struct GatingModel {
-    calls: Arc<AtomicUsize>,
-}
-
-impl ModelProvider for GatingModel {
-    fn stream<'a>(&'a self, request: &'a ModelRequest<'a>) -> BoxFuture<'a, Result<ModelStream>> {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst);
-        let after_tool = matches!(request.input.last(), Some(Item::FunctionCallOutput(_)));
-        let response = if after_tool {
+/// Answers a user message with a round calling `gated` and `free`, anything else with text,
+/// yielding before every event. Call ids come from a counter shared by every harness of the case, so
+/// no two rounds share one.
+fn gating_model(calls: Arc<AtomicUsize>) -> YieldingModel {
+    YieldingModel::numbered(calls, |request, call| {
+        if matches!(request.input.last(), Some(Item::FunctionCallOutput(_))) {
             ScriptedResponse::text("ok")
         } else {
             ScriptedResponse::tool_calls(&[
                 (&format!("g-{call}"), "gated", json!({})),
                 (&format!("f-{call}"), "free", json!({})),
             ])
-        };
-        let events = response.into_events();
-        Box::pin(async move {
-            let events = futures_util::stream::iter(events)
-                .then(|event| async move {
-                    tokio::task::yield_now().await;
-                    Ok(event)
-                })
-                .boxed();
-            Ok(ModelStream {
-                generation_id: None,
-                events,
-            })
-        })
-    }
+        }
+    })
 }
 
 /// What every harness of one case shares: the store, the model's counter, and the counts.
@@ -127,12 +105,7 @@ impl Shared {
         )
         .unwrap();
         AgentHarness::builder("approvals")
-            .provider(
-                "gating",
-                GatingModel {
-                    calls: self.calls.clone(),
-                },
-            )
+            .provider("gating", gating_model(self.calls.clone()))
             .agent_graph(call_model("llm").model("m").tool(gated).tool(free))
             .durable(self.store.clone())
             .lease_ttl(Duration::from_millis(150))

@@ -4,18 +4,15 @@
 //! message was lost.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
 use noetic_core::item::Item;
-use noetic_core::model::{ModelRequest, ModelStream};
+use noetic_core::model::ModelRequest;
 use noetic_core::{
-    AbortOptions, AgentHarness, DeliveryMode, ExecuteOptions, ModelProvider, Result, Role, Scope,
-    Tool, ToolContext, ToolError,
+    AbortOptions, AgentHarness, DeliveryMode, ExecuteOptions, Role, Scope, Tool, ToolContext,
+    ToolError,
 };
-use noetic_test_support::ScriptedResponse;
+use noetic_test_support::{ScriptedResponse, YieldingModel};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -56,38 +53,20 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Answers a user message with a round calling `gated` and `free`, anything else with text; yields before every event so the test's operations land between them.
-#[derive(Clone, Default)]
-struct GatingModel {
-    calls: Arc<AtomicUsize>,
+/// Answers a user message with a round calling `gated` and `free`, anything else with text;
+/// yields before every event so the test's operations land between them.
+fn gating_model() -> YieldingModel {
+    YieldingModel::new(gating_answer)
 }
 
-impl ModelProvider for GatingModel {
-    fn stream<'a>(&'a self, request: &'a ModelRequest<'a>) -> BoxFuture<'a, Result<ModelStream>> {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst);
-        // `call` numbers the calls, so every round's call ids are new.
-        let after_tool = matches!(request.input.last(), Some(Item::FunctionCallOutput(_)));
-        let response = if !after_tool {
-            ScriptedResponse::tool_calls(&[
-                (&format!("g-{call}"), "gated", json!({"n": call})),
-                (&format!("f-{call}"), "free", json!({})),
-            ])
-        } else {
-            ScriptedResponse::text("ok")
-        };
-        let events = response.into_events();
-        Box::pin(async move {
-            let events = futures_util::stream::iter(events)
-                .then(|event| async move {
-                    tokio::task::yield_now().await;
-                    Ok(event)
-                })
-                .boxed();
-            Ok(ModelStream {
-                generation_id: None,
-                events,
-            })
-        })
+fn gating_answer(request: &ModelRequest<'_>, call: usize) -> ScriptedResponse {
+    if matches!(request.input.last(), Some(Item::FunctionCallOutput(_))) {
+        ScriptedResponse::text("ok")
+    } else {
+        ScriptedResponse::tool_calls(&[
+            (&format!("g-{call}"), "gated", json!({"n": call})),
+            (&format!("f-{call}"), "free", json!({})),
+        ])
     }
 }
 
@@ -131,7 +110,7 @@ fn tools(runs: &Runs) -> Vec<Tool> {
 async fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
     let runs: Runs = Arc::default();
     let harness = AgentHarness::builder("agent")
-        .provider("gating", GatingModel::default())
+        .provider("gating", gating_model())
         .agent_graph(llm_with(tools(&runs)))
         .build()
         .unwrap();

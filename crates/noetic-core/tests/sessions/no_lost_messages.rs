@@ -6,17 +6,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
 use noetic_core::item::Item;
-use noetic_core::model::{ModelRequest, ModelStream};
 use noetic_core::{
-    AbortOptions, AgentHarness, DeliveryMode, ExecuteOptions, FrameworkEvent, ModelProvider,
-    Result, Role, Scope, StreamEvent, Tool, ToolContext,
+    AbortOptions, AgentHarness, DeliveryMode, ExecuteOptions, FrameworkEvent, Role, Scope,
+    StreamEvent, Tool, ToolContext,
 };
-use noetic_test_support::ScriptedResponse;
+use noetic_test_support::{ScriptedResponse, YieldingModel};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -51,36 +47,17 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A model that answers at once but yields before every event, so the test's operations land between
-/// them: a request ending with a user message gets a tool call every other time, anything else text.
-#[derive(Clone, Default)]
-struct YieldingModel {
-    calls: Arc<AtomicUsize>,
-}
-
-impl ModelProvider for YieldingModel {
-    fn stream<'a>(&'a self, request: &'a ModelRequest<'a>) -> BoxFuture<'a, Result<ModelStream>> {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+/// Answers at once, yielding before every event so the test's operations land between them: a
+/// request ending with a user message gets a tool call every other time, anything else text.
+fn yielding_model() -> YieldingModel {
+    YieldingModel::new(|request, call| {
         let after_tool = matches!(request.input.last(), Some(Item::FunctionCallOutput(_)));
-        let response = if !after_tool && call.is_multiple_of(2) {
+        if !after_tool && call.is_multiple_of(2) {
             ScriptedResponse::tool_call(&format!("call-{call}"), "noop", json!({}))
         } else {
             ScriptedResponse::text("ok")
-        };
-        let events = response.into_events();
-        Box::pin(async move {
-            let events = futures_util::stream::iter(events)
-                .then(|event| async move {
-                    tokio::task::yield_now().await;
-                    Ok(event)
-                })
-                .boxed();
-            Ok(ModelStream {
-                generation_id: None,
-                events,
-            })
-        })
-    }
+        }
+    })
 }
 
 fn noop_tool() -> Tool {
@@ -115,7 +92,7 @@ fn accounted_ids(events: &[Arc<StreamEvent>]) -> Vec<String> {
 
 async fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
     let harness = AgentHarness::builder("agent")
-        .provider("yielding", YieldingModel::default())
+        .provider("yielding", yielding_model())
         .agent_graph(llm_with(vec![noop_tool()]))
         .build()
         .unwrap();

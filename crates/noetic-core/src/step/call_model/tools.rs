@@ -177,6 +177,19 @@ fn approval_needed(
 ) -> Option<ApprovalRequest> {
     let arguments = parse_arguments(call).ok()?;
     let tool = tools.find(&call.name)?;
+    let view = ToolCallView {
+        name: tool.name(),
+        call_id: &call.call_id,
+        arguments: &arguments,
+    };
+    let layer_asks = ctx
+        .layers()
+        .iter()
+        .any(|layer| layer.requires_approval(LayerCtx::new(ctx, layer.id()), view));
+    // Most calls of most rounds: nothing can ask, so their arguments are not validated twice.
+    if !layer_asks && !tool.may_need_approval() {
+        return None;
+    }
     tool.validate(&arguments).ok()?;
     let tool_ctx = ToolContext {
         ctx: ctx.clone(),
@@ -184,16 +197,7 @@ fn approval_needed(
         tool_name: tool.name().to_owned(),
     };
     let thread = ctx.thread_id().unwrap_or(DEFAULT_THREAD);
-    let view = ToolCallView {
-        name: tool.name(),
-        call_id: &call.call_id,
-        arguments: &arguments,
-    };
-    let asked = tool.requires_approval(&arguments, &tool_ctx)
-        || ctx
-            .layers()
-            .iter()
-            .any(|layer| layer.requires_approval(LayerCtx::new(ctx, layer.id()), view));
+    let asked = layer_asks || tool.requires_approval(&arguments, &tool_ctx);
     if !asked
         || ctx
             .runtime()
