@@ -67,7 +67,7 @@ pub use context::{
 pub use drain::{CallKind, CancelOptions, DrainReason, DrainReport, PaidCall};
 pub use error::{BoxError, CODES, Error, Result, StepFailure};
 pub use event::{EventSink, FrameworkEvent, FrameworkEventKind, StreamEvent};
-pub use harness::{AgentHarness, AgentHarnessBuilder};
+pub use harness::{AgentHarness, AgentHarnessBuilder, ServeOptions, ServeReport};
 pub use item::{ContentPart, Item, Role};
 pub use layer::{
     Band, ContextLayer, LayerCtx, LayerDecision, LayerScope, LayerUsage, Outcome, RecallLayerOutput,
@@ -79,7 +79,7 @@ pub use runtime::{
 pub use session::{
     AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
     ItemSnapshot, Replay, Scope, SessionChunk, SessionStatus, Steer, SteerDecision, SteerPoint,
-    TurnOutcome,
+    StoredThread, TurnOutcome,
 };
 pub use step::{
     Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder,

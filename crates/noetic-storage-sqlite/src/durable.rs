@@ -102,6 +102,11 @@ const RECORDS: PrefixSql = PrefixSql {
     open: "SELECT key, value FROM records WHERE key >= ?1 ORDER BY key",
 };
 
+const RUNNABLE: PrefixSql = PrefixSql {
+    bounded: "SELECT name FROM runnable WHERE name >= ?1 AND name < ?2 ORDER BY place",
+    open: "SELECT name FROM runnable WHERE name >= ?1 ORDER BY place",
+};
+
 /// Runs `sql` for `prefix`.
 async fn delete_prefix(conn: &mut SqliteConnection, sql: &PrefixSql, prefix: &str) -> Result<()> {
     sql.query(prefix)
@@ -183,6 +188,25 @@ async fn apply(conn: &mut SqliteConnection, commit: Commit) -> Result<()> {
             .execute(&mut *conn)
             .await
             .map_err(|error| map("drop_lease", name, error))?;
+    }
+    for name in &commit.clear_runnable {
+        sqlx::query("DELETE FROM runnable WHERE name = ?1")
+            .bind(name.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| map("clear_runnable", name, error))?;
+    }
+    for name in &commit.mark_runnable {
+        // A name already marked keeps its place.
+        sqlx::query(
+            "INSERT INTO runnable (name, place) \
+             VALUES (?1, (SELECT COALESCE(MAX(place), 0) + 1 FROM runnable)) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(|error| map("mark_runnable", name, error))?;
     }
     Ok(())
 }
@@ -336,6 +360,22 @@ impl DurableStore for SqliteStorage {
             tx.commit()
                 .await
                 .map_err(|error| map("release_lease", name, error))
+        })
+    }
+
+    fn runnable<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            let rows = RUNNABLE
+                .query(prefix)
+                .fetch_all(self.readers())
+                .await
+                .map_err(|error| map("runnable", prefix, error))?;
+            rows.iter()
+                .map(|row| {
+                    row.try_get::<String, _>(0)
+                        .map_err(|error| corrupt("runnable", prefix, error))
+                })
+                .collect()
         })
     }
 

@@ -13,13 +13,22 @@ use crate::error::{self, SchemaUnknown};
 
 /// The migrations this version knows, in order.
 fn migrations() -> Vec<Migration> {
-    vec![Migration::new(
-        1,
-        Cow::Borrowed("tables"),
-        MigrationType::Simple,
-        sqlx::SqlSafeStr::into_sql_str(include_str!("../migrations/0001_tables.sql")),
-        false,
-    )]
+    vec![
+        Migration::new(
+            1,
+            Cow::Borrowed("tables"),
+            MigrationType::Simple,
+            sqlx::SqlSafeStr::into_sql_str(include_str!("../migrations/0001_tables.sql")),
+            false,
+        ),
+        Migration::new(
+            2,
+            Cow::Borrowed("runnable"),
+            MigrationType::Simple,
+            sqlx::SqlSafeStr::into_sql_str(include_str!("../migrations/0002_runnable.sql")),
+            false,
+        ),
+    ]
 }
 
 /// Runs the pending migrations on `writer`.

@@ -26,7 +26,9 @@ fn read(entries: &[LogEntry]) -> Vec<(u64, String)> {
 /// delete, sorted prefix listing with `%` and `_` literal), logs (append from 0, the exact-sequence
 /// conflict, reading from a sequence number, trims keeping the next sequence number, clearing a prefix
 /// resetting a log to 0), the atomicity of a failed commit, and leases (epochs, renewal, `LEASE_HELD`,
-/// takeover after expiry, fencing with `LEASE_LOST`, release, dropping a lease in a commit).
+/// takeover after expiry, fencing with `LEASE_LOST`, release, dropping a lease in a commit), and
+/// runnable marks (claim order kept on a second mark, clearing, prefixes, atomic with a failed commit,
+/// claims that skip every live lease, takeover of an expired one, the wake-up returning).
 ///
 /// # Panics
 /// When the store breaks the contract or fails.
@@ -40,6 +42,7 @@ pub async fn durable_conformance(store: &dyn DurableStore) {
     logs(store).await;
     atomicity(store).await;
     leases(store).await;
+    runnable(store).await;
     store
         .commit(Commit::new())
         .await
@@ -467,4 +470,135 @@ async fn leases(store: &dyn DurableStore) {
         None,
         "releasing a dropped lease does not bring it back"
     );
+}
+
+#[allow(clippy::unwrap_used)]
+async fn runnable(store: &dyn DurableStore) {
+    let (ttl, t0) = (1_000, 5_000_000);
+    assert!(store.runnable("run/").await.unwrap().is_empty());
+    store
+        .commit(
+            Commit::new()
+                .mark_runnable("run/b")
+                .mark_runnable("run/a")
+                .mark_runnable("run/c"),
+        )
+        .await
+        .unwrap();
+    store
+        .commit(
+            Commit::new()
+                .mark_runnable("run/b")
+                .mark_runnable("other/x"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.runnable("run/").await.unwrap(),
+        vec!["run/b", "run/a", "run/c"],
+        "oldest mark first; marking again keeps the place"
+    );
+    assert_eq!(store.runnable("run/a").await.unwrap(), vec!["run/a"]);
+    assert_eq!(store.runnable("").await.unwrap().len(), 4);
+    store
+        .commit(
+            Commit::new()
+                .clear_runnable("run/b")
+                .clear_runnable("run/never"),
+        )
+        .await
+        .unwrap();
+    store
+        .commit(Commit::new().mark_runnable("run/b"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.runnable("run/").await.unwrap(),
+        vec!["run/a", "run/c", "run/b"],
+        "a cleared mark set again goes last"
+    );
+
+    // A commit that fails applies none of its marks.
+    store
+        .commit(
+            Commit::new()
+                .fenced(Some(Fence::new("run/no-lease", 1)))
+                .mark_runnable("run/z")
+                .clear_runnable("run/a"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        store.runnable("run/").await.unwrap(),
+        vec!["run/a", "run/c", "run/b"]
+    );
+
+    // Claims take the oldest name whose lease is free and skip every live one, the claimer's own too.
+    let claim = |holder: &'static str, now: u64| {
+        store.claim_runnable(LeaseRequest::new("run/", holder, ttl, now))
+    };
+    let a = claim("one", t0).await.unwrap().unwrap();
+    assert_eq!(
+        (a.name.as_str(), a.holder.as_str(), a.epoch),
+        ("run/a", "one", 1)
+    );
+    assert_eq!(store.lease("run/a").await.unwrap(), Some(a.clone()));
+    let c = claim("two", t0).await.unwrap().unwrap();
+    assert_eq!((c.name.as_str(), c.holder.as_str()), ("run/c", "two"));
+    let b = claim("one", t0 + 1).await.unwrap().unwrap();
+    assert_eq!(b.name, "run/b");
+    assert_eq!(claim("three", t0 + 2).await.unwrap(), None);
+    assert_eq!(
+        store.runnable("run/").await.unwrap(),
+        vec!["run/a", "run/c", "run/b"],
+        "a claim leaves the mark"
+    );
+
+    // The holder clears its mark (fenced): the name is no longer claimable, even when its lease lapses.
+    store
+        .commit(
+            Commit::new()
+                .fenced(Some(c.fence()))
+                .clear_runnable("run/c"),
+        )
+        .await
+        .unwrap();
+    // After `a` and `b` expire, another holder takes the oldest at the next epoch.
+    let taken = claim("three", t0 + ttl + 10).await.unwrap().unwrap();
+    assert_eq!(
+        (taken.name.as_str(), taken.holder.as_str(), taken.epoch),
+        ("run/a", "three", 2)
+    );
+    let next = claim("three", t0 + ttl + 10).await.unwrap().unwrap();
+    assert_eq!(next.name, "run/b");
+    assert_eq!(claim("four", t0 + ttl + 10).await.unwrap(), None);
+    let stale = store
+        .commit(
+            Commit::new()
+                .fenced(Some(a.fence()))
+                .clear_runnable("run/a"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), "LEASE_LOST");
+    assert_eq!(
+        store.runnable("run/").await.unwrap(),
+        vec!["run/a", "run/b"]
+    );
+
+    // The wake-up returns within its timeout.
+    store
+        .wait_runnable(std::time::Duration::from_millis(1))
+        .await
+        .unwrap();
+    store
+        .commit(
+            Commit::new()
+                .clear_runnable("run/a")
+                .clear_runnable("run/b")
+                .clear_runnable("other/x"),
+        )
+        .await
+        .unwrap();
+    assert!(store.runnable("").await.unwrap().is_empty());
 }

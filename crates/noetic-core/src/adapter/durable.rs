@@ -10,18 +10,24 @@
 //!   must be the log's next one, so a write is never silently duplicated and history is never rewritten:
 //!   the bytes a checkpoint writes do not grow with the history behind it;
 //! - **leases**: one holder at a time per name, with a fencing `epoch` that grows on every change of
-//!   holder. A [`Commit`] carrying a [`Fence`] applies only while that lease still has that epoch.
+//!   holder. A [`Commit`] carrying a [`Fence`] applies only while that lease still has that epoch;
+//! - **runnable marks**: lease names with work waiting (a thread with accepted messages no turn has
+//!   settled). Any writer sets one ([`Commit::mark_runnable`]); a host looking for work claims the oldest
+//!   marked name whose lease is free ([`DurableStore::claim_runnable`]), and the lease's holder clears
+//!   the mark once the work is done ([`Commit::clear_runnable`]). Marks are the work queue of hosts that
+//!   share one store; [`DurableStore::wait_runnable`] only wakes them early.
 //!
 //! Every write is one atomic [`Commit`]. A store backed by a database (`noetic-storage-sqlite`) keeps
 //! each kind in its own table; [`KvDurableStore`] lays them out as keys of a [`StorageAdapter`] and is
 //! what a harness uses when it is given only a key-value adapter.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::storage::{StorageAdapter, StorageOp};
+pub use super::kv_durable::KvDurableStore;
 use crate::{Error, Result};
 
 /// Entries appended to one log by a [`Commit`].
@@ -70,7 +76,7 @@ impl Fence {
 /// One atomic write: either every part is visible afterwards or, on error, none is.
 ///
 /// Parts apply in field order: `clear_prefixes`, `trims`, `deletes`, `puts`, `appends`,
-/// `drop_leases`.
+/// `drop_leases`, `clear_runnable`, `mark_runnable`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Commit {
@@ -92,6 +98,10 @@ pub struct Commit {
     /// a finished session turn's execution lease, say — since a lease acquired after it starts at
     /// epoch 1 again.
     pub drop_leases: Vec<String>,
+    /// Runnable marks removed (a missing mark is not an error).
+    pub clear_runnable: Vec<String>,
+    /// Runnable marks set; a name already marked keeps its place in the claim order.
+    pub mark_runnable: Vec<String>,
 }
 
 impl Commit {
@@ -144,6 +154,18 @@ impl Commit {
         self
     }
 
+    /// Marks lease name `name` runnable (see [`DurableStore::claim_runnable`]).
+    pub fn mark_runnable(mut self, name: impl Into<String>) -> Self {
+        self.mark_runnable.push(name.into());
+        self
+    }
+
+    /// Removes the runnable mark of `name`.
+    pub fn clear_runnable(mut self, name: impl Into<String>) -> Self {
+        self.clear_runnable.push(name.into());
+        self
+    }
+
     /// Whether the commit writes nothing.
     pub fn is_empty(&self) -> bool {
         self.clear_prefixes.is_empty()
@@ -151,6 +173,9 @@ impl Commit {
             && self.deletes.is_empty()
             && self.puts.is_empty()
             && self.appends.is_empty()
+            && self.drop_leases.is_empty()
+            && self.clear_runnable.is_empty()
+            && self.mark_runnable.is_empty()
     }
 }
 
@@ -328,6 +353,68 @@ pub trait DurableStore: Send + Sync + 'static {
     /// # Errors
     /// [`Error::Storage`] when the store fails.
     fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>>;
+
+    /// The names marked runnable that start with `prefix`, oldest mark first.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the store fails.
+    fn runnable<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>>;
+
+    /// Claims work: takes, for `request.holder`, the lease of the oldest name marked runnable that
+    /// starts with `request.name` (a prefix here) and whose lease is free or expired — never one
+    /// held live, by anyone (its holder is doing the work). `None` when there is no such name. The
+    /// mark stays: its holder clears it when the work is done.
+    ///
+    /// The provided implementation tries [`DurableStore::runnable`]'s names in order with
+    /// [`DurableStore::acquire_lease`]; a database store does it in one statement (PostgreSQL's
+    /// `FOR UPDATE SKIP LOCKED`), so hosts claiming at once never contend for one row.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the store fails.
+    fn claim_runnable<'a>(
+        &'a self,
+        request: LeaseRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        Box::pin(async move {
+            for name in self.runnable(request.name).await? {
+                if self
+                    .lease(&name)
+                    .await?
+                    .is_some_and(|lease| lease.expires_at_ms > request.now_ms)
+                {
+                    continue;
+                }
+                let claim = LeaseRequest {
+                    name: &name,
+                    ..request
+                };
+                match self.acquire_lease(claim).await {
+                    Ok(lease) => return Ok(Some(lease)),
+                    // Taken meanwhile by another claimer.
+                    Err(Error::LeaseHeld { .. }) => continue,
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    /// Waits until a name may have been marked runnable, at most `timeout`: the names marked since
+    /// the last call when the store can tell (PostgreSQL's `LISTEN`), otherwise an empty list, which
+    /// means "look". Only a wake-up: a mark set while nobody waited is still found by
+    /// [`DurableStore::claim_runnable`]. The provided implementation sleeps `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the store fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait loses no mark (marks are rows; only the wake-up is skipped).
+    fn wait_runnable(&self, timeout: Duration) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            tokio::time::sleep(timeout).await;
+            Ok(Vec::new())
+        })
+    }
 }
 
 macro_rules! forward_durable {
@@ -374,292 +461,60 @@ macro_rules! forward_durable {
             fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>> {
                 (**self).lease(name)
             }
+
+            fn runnable<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+                (**self).runnable(prefix)
+            }
+
+            fn claim_runnable<'a>(
+                &'a self,
+                request: LeaseRequest<'a>,
+            ) -> BoxFuture<'a, Result<Option<Lease>>> {
+                (**self).claim_runnable(request)
+            }
+
+            fn wait_runnable(&self, timeout: Duration) -> BoxFuture<'_, Result<Vec<String>>> {
+                (**self).wait_runnable(timeout)
+            }
         }
     )*};
 }
 
 forward_durable!(Arc, Box);
 
-const RECORD: &str = "durable/r/";
-const LOG: &str = "durable/l/";
-const NEXT: &str = "durable/n/";
-const LEASE: &str = "durable/lease/";
-
-/// A [`DurableStore`] laid out as keys of a [`StorageAdapter`]:
-/// `durable/r/{key}` for records, `durable/l/{log}/{seq:020}` and `durable/n/{log}` for logs,
-/// `durable/lease/{name}` for leases.
-///
-/// Commits and lease decisions are serialized by a mutex in this value, so fencing holds between the
-/// users of one `KvDurableStore` (one process). It is also a [`StorageAdapter`] (forwarding to the adapter
-/// underneath, whose `durable/` keys it owns), so one value can serve as a runtime's
-/// [`durable`](crate::RuntimeBuilder::durable) store. Two processes sharing one key-value backend need a
-/// store that decides inside the backend's own transaction, such as `noetic-storage-sqlite`'s.
-pub struct KvDurableStore {
-    storage: Arc<dyn StorageAdapter>,
-    write: tokio::sync::Mutex<()>,
-}
-
-impl std::fmt::Debug for KvDurableStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KvDurableStore").finish_non_exhaustive()
-    }
-}
-
-impl KvDurableStore {
-    /// A durable store over `storage`.
-    pub fn new(storage: Arc<dyn StorageAdapter>) -> Self {
-        KvDurableStore {
-            storage,
-            write: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    /// A durable store over a fresh [`InMemoryStorage`](super::InMemoryStorage): durable for the life of
-    /// the process, which is what tests of checkpoint and restore within one process want.
-    pub fn in_memory() -> Self {
-        Self::new(Arc::new(super::InMemoryStorage::new()))
-    }
-
-    /// The key-value adapter underneath.
-    pub fn storage(&self) -> &Arc<dyn StorageAdapter> {
-        &self.storage
-    }
-
-    fn entry_key(log: &str, seq: u64) -> String {
-        format!("{LOG}{log}/{seq:020}")
-    }
-
-    async fn stored_next(&self, log: &str) -> Result<u64> {
-        let key = format!("{NEXT}{log}");
-        match self.storage.get(&key).await? {
-            None => Ok(0),
-            Some(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|text| text.parse().ok())
-                .ok_or_else(|| corrupt("next_seq", key, "not a decimal sequence number")),
-        }
-    }
-
-    async fn stored_lease(&self, name: &str) -> Result<Option<Lease>> {
-        let key = format!("{LEASE}{name}");
-        match self.storage.get(&key).await? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|error| corrupt("lease", key, error)),
-        }
-    }
-
-    async fn apply(&self, commit: Commit) -> Result<()> {
-        if let Some(fence) = &commit.fence {
-            let live = self.stored_lease(&fence.lease).await?;
-            if live.as_ref().map(|lease| lease.epoch) != Some(fence.epoch) {
-                return Err(Error::LeaseLost {
-                    lease: fence.lease.clone(),
-                    epoch: fence.epoch,
-                });
-            }
-        }
-        let mut ops = Vec::new();
-        for prefix in &commit.clear_prefixes {
-            for space in [RECORD, LOG, NEXT] {
-                for key in self.storage.list(&format!("{space}{prefix}")).await? {
-                    ops.push(StorageOp::delete(key));
-                }
-            }
-        }
-        for (log, below) in &commit.trims {
-            let prefix = format!("{LOG}{log}/");
-            for key in self.storage.list(&prefix).await? {
-                let seq = key[prefix.len()..].parse::<u64>().unwrap_or(u64::MAX);
-                if seq < *below {
-                    ops.push(StorageOp::delete(key));
-                }
-            }
-        }
-        for key in &commit.deletes {
-            ops.push(StorageOp::delete(format!("{RECORD}{key}")));
-        }
-        for (key, value) in commit.puts {
-            ops.push(StorageOp::set(format!("{RECORD}{key}"), value));
-        }
-        for append in commit.appends {
-            let cleared = commit
-                .clear_prefixes
-                .iter()
-                .any(|prefix| append.log.starts_with(prefix.as_str()));
-            let next = if cleared {
-                0
-            } else {
-                self.stored_next(&append.log).await?
-            };
-            if append.first_seq != next {
-                return Err(seq_conflict(&append.log, append.first_seq, next));
-            }
-            let count = append.entries.len() as u64;
-            for (offset, entry) in append.entries.into_iter().enumerate() {
-                ops.push(StorageOp::set(
-                    Self::entry_key(&append.log, next + offset as u64),
-                    entry,
-                ));
-            }
-            ops.push(StorageOp::set(
-                format!("{NEXT}{}", append.log),
-                (next + count).to_string().into_bytes(),
-            ));
-        }
-        for name in &commit.drop_leases {
-            ops.push(StorageOp::delete(format!("{LEASE}{name}")));
-        }
-        self.storage.batch(ops).await
-    }
-}
-
-/// The error for an append whose `first_seq` is not the log's next sequence number.
+/// The error for an append whose `first_seq` is not the log's next sequence number: an
+/// [`Error::Storage`] (`STORAGE_ERROR`) of operation `append` naming the log, whose source is a
+/// [`SeqConflict`] (so a writer racing others on one log can tell it apart and retry).
 pub fn seq_conflict(log: &str, first_seq: u64, next: u64) -> Error {
     Error::Storage {
         operation: "append",
         key: log.to_owned(),
-        source: format!("append at sequence {first_seq} but the log's next sequence is {next}")
-            .into(),
+        source: Box::new(SeqConflict { first_seq, next }),
     }
 }
 
-fn corrupt(operation: &'static str, key: String, problem: impl std::fmt::Display) -> Error {
-    Error::Storage {
-        operation,
-        key,
-        source: format!("corrupt value: {problem}").into(),
-    }
+/// The source of [`seq_conflict`]'s error: an append named a sequence number other than its log's
+/// next one (another writer appended first).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("append at sequence {first_seq} but the log's next sequence is {next}")]
+#[non_exhaustive]
+pub struct SeqConflict {
+    /// The sequence number the append named.
+    pub first_seq: u64,
+    /// The log's next sequence number.
+    pub next: u64,
 }
 
-impl DurableStore for KvDurableStore {
-    fn commit(&self, commit: Commit) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            if commit.is_empty() && commit.fence.is_none() {
-                return Ok(());
-            }
-            let _write = self.write.lock().await;
-            self.apply(commit).await
-        })
-    }
-
-    fn record<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
-        Box::pin(async move { self.storage.get(&format!("{RECORD}{key}")).await })
-    }
-
-    fn records<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Records>> {
-        Box::pin(async move {
-            let keys = self.storage.list(&format!("{RECORD}{prefix}")).await?;
-            let values = self.storage.get_many(&keys).await?;
-            Ok(keys
-                .into_iter()
-                .zip(values)
-                .filter_map(|(key, value)| Some((key[RECORD.len()..].to_owned(), value?)))
-                .collect())
-        })
-    }
-
-    fn read_log<'a>(&'a self, log: &'a str, from_seq: u64) -> BoxFuture<'a, Result<Vec<LogEntry>>> {
-        Box::pin(async move {
-            let prefix = format!("{LOG}{log}/");
-            let keys: Vec<String> = self
-                .storage
-                .list(&prefix)
-                .await?
-                .into_iter()
-                .filter(|key| {
-                    key[prefix.len()..]
-                        .parse::<u64>()
-                        .is_ok_and(|seq| seq >= from_seq)
-                })
-                .collect();
-            let values = self.storage.get_many(&keys).await?;
-            Ok(keys
-                .iter()
-                .zip(values)
-                .filter_map(|(key, value)| {
-                    Some(LogEntry {
-                        seq: key[prefix.len()..].parse().ok()?,
-                        value: value?,
-                    })
-                })
-                .collect())
-        })
-    }
-
-    fn next_seq<'a>(&'a self, log: &'a str) -> BoxFuture<'a, Result<u64>> {
-        Box::pin(self.stored_next(log))
-    }
-
-    fn acquire_lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Lease>> {
-        Box::pin(async move {
-            let _write = self.write.lock().await;
-            let current = self.stored_lease(request.name).await?;
-            let lease = decide_lease(current.as_ref(), &request)?;
-            let bytes = serde_json::to_vec(&lease).map_err(|error| Error::Storage {
-                operation: "acquire_lease",
-                key: request.name.to_owned(),
-                source: Box::new(error),
-            })?;
-            self.storage
-                .set(&format!("{LEASE}{}", request.name), bytes)
-                .await?;
-            Ok(lease)
-        })
-    }
-
-    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let _write = self.write.lock().await;
-            let current = self.stored_lease(&lease.name).await?;
-            let Some(mut current) = current else {
-                return Ok(());
-            };
-            if current.epoch == lease.epoch && current.holder == lease.holder {
-                // Expire it rather than delete it, so the next grant's epoch is still higher than
-                // every epoch a fenced writer may hold.
-                current.expires_at_ms = 0;
-                let bytes = serde_json::to_vec(&current).map_err(|error| Error::Storage {
-                    operation: "release_lease",
-                    key: lease.name.clone(),
-                    source: Box::new(error),
-                })?;
-                self.storage
-                    .set(&format!("{LEASE}{}", lease.name), bytes)
-                    .await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>> {
-        Box::pin(self.stored_lease(name))
-    }
-}
-
-impl StorageAdapter for KvDurableStore {
-    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
-        self.storage.get(key)
-    }
-
-    fn set<'a>(&'a self, key: &'a str, value: Vec<u8>) -> BoxFuture<'a, Result<()>> {
-        self.storage.set(key, value)
-    }
-
-    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<()>> {
-        self.storage.delete(key)
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
-        self.storage.list(prefix)
-    }
-
-    fn get_many<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>>> {
-        self.storage.get_many(keys)
-    }
-
-    fn batch(&self, ops: Vec<StorageOp>) -> BoxFuture<'_, Result<()>> {
-        self.storage.batch(ops)
+impl SeqConflict {
+    /// The conflict `error` reports, when it is [`seq_conflict`]'s error for `log`.
+    pub fn of<'e>(error: &'e Error, log: &str) -> Option<&'e SeqConflict> {
+        match error {
+            Error::Storage {
+                operation: "append",
+                key,
+                source,
+            } if key == log => source.downcast_ref(),
+            _ => None,
+        }
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod durable;
 pub mod fs;
+mod kv_durable;
 pub mod shell;
 pub mod storage;
 pub mod subprocess;

@@ -28,6 +28,7 @@ pub struct AgentHarnessBuilder {
     default_delivery_mode: DeliveryMode,
     workflow_registry: WorkflowRegistry,
     session_idle_ttl: std::time::Duration,
+    shared_threads: bool,
 }
 
 impl AgentHarness {
@@ -51,6 +52,7 @@ impl AgentHarness {
             default_delivery_mode: DeliveryMode::NextTurn,
             workflow_registry: WorkflowRegistry::default(),
             session_idle_ttl: crate::session::DEFAULT_SESSION_IDLE_TTL,
+            shared_threads: false,
         }
     }
 }
@@ -201,6 +203,17 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Shares this harness's threads with the other hosts on the same durable store (PostgreSQL's
+    /// `noetic-storage-postgres`, or one SQLite file): [`AgentHarness::execute`] records the
+    /// message and marks its thread runnable instead of taking the thread, and turns run on the hosts
+    /// that [`serve`](AgentHarness::serve). Every host of a fleet is built with it — those that only
+    /// accept messages too. Read a thread another host runs with [`AgentHarness::stored_thread`];
+    /// `load_thread` and `recover` are refused (serving replaces them). See `docs/scaling.md`.
+    pub fn shared_threads(mut self) -> Self {
+        self.shared_threads = true;
+        self
+    }
+
     /// How much of each execution's step ledger is kept (see
     /// [`crate::RuntimeBuilder::ledger_retention`]).
     pub fn ledger_retention(mut self, retention: crate::LedgerRetention) -> Self {
@@ -224,6 +237,7 @@ impl AgentHarnessBuilder {
                 default_delivery_mode: self.default_delivery_mode,
                 workflow_registry: self.workflow_registry,
                 sessions: Arc::new(Sessions::new(self.session_idle_ttl)),
+                shared_threads: self.shared_threads,
                 tasks: TaskTracker::new(),
                 executions: std::sync::Mutex::default(),
             }),

@@ -10,6 +10,7 @@ mod builder;
 mod cancel;
 mod channels;
 mod durable;
+mod serve;
 mod session;
 mod workflow;
 
@@ -21,6 +22,7 @@ use serde_json::Value;
 use tokio_util::task::TaskTracker;
 
 pub use builder::AgentHarnessBuilder;
+pub use serve::{ServeOptions, ServeReport};
 
 use crate::adapter::StorageAdapter;
 use crate::connection::Connection;
@@ -46,6 +48,8 @@ struct HarnessInner {
     /// What workflow documents' names resolve to (`parse_and_run_workflow`).
     workflow_registry: WorkflowRegistry,
     sessions: Arc<Sessions>,
+    /// Threads are shared with other hosts on the durable store (`shared_threads`).
+    shared_threads: bool,
     /// The session runner tasks; tracked so none is detached from the harness.
     tasks: TaskTracker,
     /// The root contexts made by `create_context` and `restore`, by execution id, for

@@ -64,6 +64,16 @@ impl AgentHarness {
             resource_id: options.resource_id,
             seq: None,
         };
+        if self.inner.shared_threads
+            && let Some(durability) = self.runtime().durability()
+        {
+            crate::session::accept_shared(durability, thread_id, &message).await?;
+            // A thread this host drives reads it at once; another host's on its wake-up.
+            if let Some(session) = self.sessions().get(thread_id) {
+                session.wake();
+            }
+            return Ok(());
+        }
         loop {
             let session = self
                 .sessions()
@@ -92,6 +102,7 @@ impl AgentHarness {
     /// Cancel safe: a thread read back before the cut keeps running.
     pub async fn recover(&self) -> Result<Vec<String>> {
         let graph = self.agent_graph_node().ok_or(Error::NoStepConfigured)?;
+        self.not_shared("recover")?;
         let durability = self
             .runtime()
             .durability()
@@ -132,6 +143,7 @@ impl AgentHarness {
     /// Cancel safe.
     pub async fn load_thread(&self, thread_id: &str) -> Result<()> {
         let graph = self.agent_graph_node();
+        self.not_shared("load_thread")?;
         self.sessions()
             .get_or_load(self.runtime(), self.tasks(), graph.as_ref(), thread_id)
             .await

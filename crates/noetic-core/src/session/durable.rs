@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::DeliveryMode;
 use super::runner::Message;
-use crate::adapter::durable::{Commit, Lease, LeaseRequest};
+use crate::adapter::durable::{Commit, Lease, LeaseRequest, LogEntry, SeqConflict};
 use crate::checkpoint::{Base, Durability, now_ms, parse, read_items, renew_if_due, to_bytes};
 use crate::item::Item;
 use crate::usage::Spend;
@@ -232,6 +232,25 @@ impl ThreadJournal {
         read
     }
 
+    /// Reads the thread back for a host that claimed it ([`DurableStore::claim_runnable`] gave it
+    /// `lease`); releases the lease when it cannot be read.
+    ///
+    /// # Errors
+    /// As [`ThreadJournal::load`], without `LEASE_HELD`.
+    pub(crate) async fn load_claimed(
+        durability: &Durability,
+        thread_id: &str,
+        lease: Lease,
+    ) -> Result<LoadedThread> {
+        let read = Self::read(durability, thread_id, lease.clone()).await;
+        if read.is_err()
+            && let Err(error) = durability.store.release_lease(&lease).await
+        {
+            tracing::warn!(thread_id, %error, "could not release the thread lease");
+        }
+        read
+    }
+
     /// Reads the thread back, holding `lease`.
     async fn read(durability: &Durability, thread_id: &str, lease: Lease) -> Result<LoadedThread> {
         let store = &durability.store;
@@ -284,19 +303,15 @@ impl ThreadJournal {
             .chain(batch)
             .copied()
             .fold(record.settled_through, u64::min);
+        // The head is read before the entries: a host sharing the thread may append meanwhile, and
+        // what it appends after the head was read is then among the entries (or left for a refresh),
+        // never counted as seen without being read.
+        let mut next_seq = store.next_seq(&log).await?;
         let mut unsettled = Vec::new();
         for entry in store.read_log(&log, from).await? {
-            let key = format!("{log}#{}", entry.seq);
-            let row: MessageRow = parse(&subject, &key, &entry.value)?;
-            unsettled.push(Message {
-                id: row.id,
-                items: row.items,
-                mode: row.mode,
-                resource_id: row.resource_id,
-                seq: Some(entry.seq),
-            });
+            next_seq = next_seq.max(entry.seq + 1);
+            unsettled.push(message_of(&subject, &log, entry)?);
         }
-        let next_seq = store.next_seq(&log).await?;
 
         let seq_of = |message: &Message| message.seq.unwrap_or(u64::MAX);
         let pick = |seqs: &[u64], unsettled: &[Message]| -> Vec<Message> {
@@ -477,12 +492,181 @@ impl ThreadJournal {
         Ok(())
     }
 
+    /// Reads the messages other hosts accepted since this one last looked (shared threads); the
+    /// caller queues them.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointCorrupt`] naming a row that does not parse; storage errors.
+    pub(crate) async fn refresh(&self, writer: &mut ThreadWriter) -> Result<Vec<Message>> {
+        let log = messages_log(&self.thread_id);
+        let subject = subject(&self.thread_id);
+        let mut fresh = Vec::new();
+        for entry in self
+            .durability
+            .store
+            .read_log(&log, writer.next_seq)
+            .await?
+        {
+            writer.next_seq = writer.next_seq.max(entry.seq + 1);
+            fresh.push(message_of(&subject, &log, entry)?);
+        }
+        Ok(fresh)
+    }
+
+    /// Lets the thread go when it has no work left (shared threads): clears its runnable mark, then
+    /// looks for messages accepted meanwhile. Returns them (and marks the thread again) when there
+    /// are some: the caller keeps the thread and queues them. Otherwise the caller releases it.
+    ///
+    /// A message accepted before the mark is cleared is found by the look that follows; one accepted
+    /// after marks the thread again, so a host claims it once this one releases it.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when another host took the thread; storage errors.
+    pub(crate) async fn let_go(&self, writer: &mut ThreadWriter) -> Result<Vec<Message>> {
+        let lease = lease_name(&self.thread_id);
+        self.commit(writer, Commit::new().clear_runnable(lease.clone()))
+            .await?;
+        let fresh = self.refresh(writer).await?;
+        if !fresh.is_empty() {
+            self.commit(writer, Commit::new().mark_runnable(lease))
+                .await?;
+        }
+        Ok(fresh)
+    }
+
     /// Releases the thread's lease (when its session is evicted).
     pub(crate) async fn release(&self, writer: &ThreadWriter) {
         if let Err(error) = self.durability.store.release_lease(&writer.lease).await {
             tracing::warn!(thread_id = %self.thread_id, %error, "could not release the thread lease");
         }
     }
+}
+
+/// Records `message` on a thread shared with other hosts, without holding the thread: appended to
+/// its message log at the log's next sequence number (again at the new one when another host
+/// appended first) and the thread marked runnable, in one commit. Returns its sequence number.
+///
+/// # Errors
+/// Storage errors. Nothing is recorded then.
+pub(crate) async fn accept_shared(
+    durability: &Durability,
+    thread_id: &str,
+    message: &Message,
+) -> Result<u64> {
+    let row = to_bytes(&MessageRow {
+        schema_version: THREAD_SCHEMA_VERSION,
+        id: message.id.clone(),
+        mode: message.mode,
+        resource_id: message.resource_id.clone(),
+        items: message.items.clone(),
+    })?;
+    let log = messages_log(thread_id);
+    let store = &durability.store;
+    let mut seq = store.next_seq(&log).await?;
+    loop {
+        let commit = Commit::new()
+            .append(log.clone(), seq, vec![row.clone()])
+            .mark_runnable(lease_name(thread_id));
+        match store.commit(commit).await {
+            Ok(()) => return Ok(seq),
+            // Another host appended first: every retry follows someone's success.
+            Err(error) => match SeqConflict::of(&error, &log) {
+                Some(conflict) => seq = conflict.next,
+                None => return Err(error),
+            },
+        }
+    }
+}
+
+/// A thread as its store holds it, read without taking it: what any host sharing the thread space can
+/// see of a thread another host runs ([`crate::AgentHarness::stored_thread`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoredThread {
+    /// The thread.
+    pub thread_id: String,
+    /// Its history as the last settled turn left it (a turn in flight adds to it when it ends).
+    pub history: Vec<Item>,
+    /// How many messages were ever accepted on it.
+    pub accepted: u64,
+    /// How many accepted messages no turn has settled yet: queued, in the turn in flight, or not yet
+    /// seen by the host running the thread.
+    pub pending: u64,
+    /// The id of the turn in flight, if one is.
+    pub turn_in_flight: Option<String>,
+    /// Every turn's spend so far.
+    pub spend: Spend,
+    /// The last settled turn's output (`None` before the first, or when it failed).
+    pub last_output: Option<Value>,
+    /// The last settled turn's error code and message, when it failed.
+    pub last_error: Option<(String, String)>,
+}
+
+/// Reads `thread_id` without taking it; `None` for a thread nothing was recorded of.
+pub(crate) async fn read_stored(
+    durability: &Durability,
+    thread_id: &str,
+) -> Result<Option<StoredThread>> {
+    let store = &durability.store;
+    let subject = subject(thread_id);
+    let key = record_key(thread_id);
+    let accepted = store.next_seq(&messages_log(thread_id)).await?;
+    let Some(bytes) = store.record(&key).await? else {
+        return Ok((accepted > 0).then(|| StoredThread {
+            thread_id: thread_id.to_owned(),
+            history: Vec::new(),
+            accepted,
+            pending: accepted,
+            turn_in_flight: None,
+            spend: Spend::default(),
+            last_output: None,
+            last_error: None,
+        }));
+    };
+    let record: ThreadRecord = parse(&subject, &key, &bytes)?;
+    let mut history = Vec::with_capacity(record.history_count as usize);
+    let log = history_log(thread_id, record.history_generation);
+    read_items(
+        &**store,
+        &subject,
+        &log,
+        Some(record.history_count),
+        &mut history,
+    )
+    .await?;
+    let batch = record.turn.as_ref().map_or(0, |turn| turn.messages.len());
+    let (last_output, last_error) = match record.last {
+        Some(LastRecord {
+            failed: Some(failed),
+            ..
+        }) => (None, Some((failed.code, failed.message))),
+        Some(last) => (Some(last.output), None),
+        None => (None, None),
+    };
+    Ok(Some(StoredThread {
+        thread_id: thread_id.to_owned(),
+        history,
+        accepted,
+        pending: accepted.saturating_sub(record.settled_through)
+            + (record.queued.len() + batch) as u64,
+        turn_in_flight: record.turn.map(|turn| turn.turn_id),
+        spend: record.spend,
+        last_output,
+        last_error,
+    }))
+}
+
+/// One entry of a thread's message log, as a queued message.
+fn message_of(subject: &str, log: &str, entry: LogEntry) -> Result<Message> {
+    let key = format!("{log}#{}", entry.seq);
+    let row: MessageRow = parse(subject, &key, &entry.value)?;
+    Ok(Message {
+        id: row.id,
+        items: row.items,
+        mode: row.mode,
+        resource_id: row.resource_id,
+        seq: Some(entry.seq),
+    })
 }
 
 /// The ids of every thread with a record in the store, and whether each has work left (a turn in

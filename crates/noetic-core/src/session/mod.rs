@@ -18,6 +18,7 @@
 mod api;
 mod bus;
 mod durable;
+mod fleet;
 mod last;
 mod runner;
 mod sessions;
@@ -31,7 +32,9 @@ pub use bus::{
 };
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
-pub(crate) use durable::threads_with_work;
+pub use durable::StoredThread;
+pub(crate) use durable::{accept_shared, read_stored, threads_with_work};
+pub(crate) use fleet::{Drive, LetGo, THREAD_LEASES, thread_of};
 pub(crate) use runner::Message;
 pub use sessions::DEFAULT_SESSION_IDLE_TTL;
 pub(crate) use sessions::Sessions;

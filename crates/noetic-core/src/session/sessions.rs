@@ -92,6 +92,19 @@ impl Sessions {
         Ok(session)
     }
 
+    /// Takes `session` out of the map now (its host let the thread go): a caller still holding it
+    /// finds it evicted; the thread's next use reads it back.
+    pub(super) fn remove(&self, session: &Arc<Session>) {
+        let mut map = self.map();
+        session.state().evicted = true;
+        if map
+            .get(&session.thread_id)
+            .is_some_and(|resident| Arc::ptr_eq(resident, session))
+        {
+            map.remove(&session.thread_id);
+        }
+    }
+
     /// Evicts every durable session idle (no turn, no queue, no subscriber) for at least
     /// `older_than`: it leaves memory, its thread lease is released, and its next use reads it back.
     /// Returns how many were evicted.
@@ -152,7 +165,7 @@ impl Sessions {
 
     /// Starts (once) the task that renews thread leases and evicts idle sessions; it ends with the
     /// harness.
-    fn start_keeper(self: &Arc<Self>, runtime: &Arc<Runtime>) {
+    pub(super) fn start_keeper(self: &Arc<Self>, runtime: &Arc<Runtime>) {
         let Some(durability) = runtime.durability() else {
             return;
         };

@@ -49,7 +49,7 @@ fn on_thread() -> ExecuteOptions {
 
 /// Runs `crashing` on its own runtime, then drops the runtime: every task of the harness it built
 /// stops where it is, as in a crash (its leases stay until they expire).
-fn crash_after<F, Fut>(crashing: F)
+pub(crate) fn crash_after<F, Fut>(crashing: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,

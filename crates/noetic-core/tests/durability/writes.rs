@@ -56,6 +56,9 @@ impl DurableStore for Counting {
     fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>> {
         self.inner.lease(name)
     }
+    fn runnable<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        self.inner.runnable(prefix)
+    }
 }
 
 impl StorageAdapter for Counting {

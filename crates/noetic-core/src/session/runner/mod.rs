@@ -59,6 +59,8 @@ pub(crate) struct Session {
     pub(super) journal: OnceLock<ThreadJournal>,
     /// Held while the thread is read back.
     pub(super) loading: tokio::sync::Mutex<()>,
+    /// Wakes the host driving a shared thread to look for messages other hosts accepted.
+    pub(super) inbox_wake: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -82,6 +84,9 @@ pub(super) struct State {
     pub(super) evicted: bool,
     /// When it was last used (a message accepted, a turn ended).
     last_used: Option<tokio::time::Instant>,
+    /// No further turn starts (its host is letting a shared thread go): the runner stops after the
+    /// running turn, leaving the queue to whoever takes the thread next.
+    stopping: bool,
 }
 
 struct Running {
@@ -103,6 +108,7 @@ impl Session {
             changed: watch::Sender::new(0),
             journal: OnceLock::new(),
             loading: tokio::sync::Mutex::new(()),
+            inbox_wake: tokio::sync::Notify::new(),
         }
     }
 
@@ -209,6 +215,55 @@ impl Session {
         self.enqueue(runtime, tasks, graph, message);
         drop(writer);
         Ok(true)
+    }
+
+    /// Queues messages read from the store (accepted by other hosts), as [`Session::enqueue`] does.
+    /// Called with the thread's writer held, as an accept is.
+    pub(super) fn absorb(
+        self: &Arc<Self>,
+        runtime: &Arc<Runtime>,
+        tasks: &TaskTracker,
+        graph: &Arc<StepNode>,
+        messages: Vec<Message>,
+    ) {
+        if messages.is_empty() {
+            return;
+        }
+        self.state().last_used = Some(tokio::time::Instant::now());
+        for message in messages {
+            self.enqueue(runtime, tasks, graph.clone(), message);
+        }
+    }
+
+    /// Wakes the host driving this shared thread to read the messages other hosts accepted.
+    pub(crate) fn wake(&self) {
+        self.inbox_wake.notify_one();
+    }
+
+    /// Whether no turn runs or waits to start and no runner is active.
+    pub(super) fn is_idle(&self) -> bool {
+        let state = self.state();
+        Self::between_turns(&state) && state.queue.is_empty() && state.resume.is_none()
+    }
+
+    /// Whether no turn runs and no runner is active (work may still be queued).
+    pub(super) fn is_between_turns(&self) -> bool {
+        Self::between_turns(&self.state())
+    }
+
+    fn between_turns(state: &State) -> bool {
+        state.running.is_none() && !state.runner_active
+    }
+
+    /// Starts no further turn: the runner stops after the running one (see [`State::stopping`]).
+    pub(super) fn stop_after_turn(&self) {
+        self.state().stopping = true;
+        self.bump();
+    }
+
+    /// Bumped after every change a waiter may care about (turn end, runner stop).
+    pub(super) fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     pub(super) fn state(&self) -> MutexGuard<'_, State> {

@@ -40,6 +40,10 @@ pub(super) fn take_turn(
     let was_restored = restored.is_some();
     let mut guard = session.state();
     let state = &mut *guard;
+    if state.stopping {
+        state.runner_active = false;
+        return None;
+    }
     let (turn_id, batch, resumed_steers) = match state.resume.take() {
         Some(resume) if !resume.messages.is_empty() => {
             (resume.turn_id, resume.messages, resume.steers)
