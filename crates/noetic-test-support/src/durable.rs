@@ -470,6 +470,32 @@ async fn leases(store: &dyn DurableStore) {
         None,
         "releasing a dropped lease does not bring it back"
     );
+
+    // A renewal succeeds only while the lease is still the renewer's at the epoch it holds: not
+    // once it was dropped (a fresh grant would restart at epoch 1 and let a lapsed holder write),
+    // not after a takeover; after a lapse nobody used, it is granted again one epoch up.
+    for (stale, now) in [(&other, t0 + 100), (&renewed, t0 + 1_700)] {
+        let lost = store
+            .acquire_lease(LeaseRequest::renewal(stale, ttl, now))
+            .await
+            .unwrap_err();
+        assert_eq!(lost.code(), "LEASE_LOST", "{lost}");
+    }
+    assert_eq!(store.lease("lease/b").await.unwrap(), None, "no grant");
+    let c = store
+        .acquire_lease(LeaseRequest::new("lease/c", "one", ttl, t0))
+        .await
+        .unwrap();
+    let kept = store
+        .acquire_lease(LeaseRequest::renewal(&c, ttl, t0 + 10))
+        .await
+        .unwrap();
+    assert_eq!((kept.epoch, kept.expires_at_ms), (1, t0 + 10 + ttl));
+    let lapsed = store
+        .acquire_lease(LeaseRequest::renewal(&kept, ttl, t0 + 10 + ttl + 1))
+        .await
+        .unwrap();
+    assert_eq!((lapsed.holder.as_str(), lapsed.epoch), ("one", 2));
 }
 
 #[allow(clippy::unwrap_used)]

@@ -211,6 +211,10 @@ pub struct LeaseRequest<'a> {
     pub ttl_ms: u64,
     /// The caller's clock, in milliseconds since the Unix epoch.
     pub now_ms: u64,
+    /// For a renewal, the epoch the caller holds: the request then fails with
+    /// [`Error::LeaseLost`] unless the stored lease is still the caller's at that epoch (see
+    /// [`decide_lease`]).
+    pub renews: Option<u64>,
 }
 
 impl<'a> LeaseRequest<'a> {
@@ -221,7 +225,26 @@ impl<'a> LeaseRequest<'a> {
             holder,
             ttl_ms,
             now_ms,
+            renews: None,
         }
+    }
+
+    /// A renewal of `lease` by its holder, lasting `ttl_ms` from `now_ms`.
+    pub fn renewal(lease: &'a Lease, ttl_ms: u64, now_ms: u64) -> Self {
+        LeaseRequest {
+            renews: Some(lease.epoch),
+            ..LeaseRequest::new(&lease.name, &lease.holder, ttl_ms, now_ms)
+        }
+    }
+
+    /// The same request for `name` (a store claiming one of several names).
+    pub fn named(self, name: &'a str) -> Self {
+        LeaseRequest { name, ..self }
+    }
+
+    /// The same request decided at `now_ms` (a store deciding on its own clock).
+    pub fn at(self, now_ms: u64) -> Self {
+        LeaseRequest { now_ms, ..self }
     }
 }
 
@@ -264,13 +287,24 @@ impl Lease {
 
 /// Decides a lease request against the current lease (shared by every implementation).
 ///
+/// - a renewal ([`LeaseRequest::renewal`]) of a lease that is gone (dropped: its work finished) or
+///   is no longer the caller's at the epoch it holds: [`Error::LeaseLost`] — so a holder that lapsed
+///   (a paused process) never gets a lease back under an epoch someone else has since used;
 /// - no lease, or an expired one: granted; the epoch grows by one (1 for a first grant);
 /// - a live lease of the same holder: renewed at the same epoch;
 /// - a live lease of another holder: [`Error::LeaseHeld`].
 ///
 /// # Errors
-/// [`Error::LeaseHeld`] as above.
+/// [`Error::LeaseLost`] and [`Error::LeaseHeld`] as above.
 pub fn decide_lease(current: Option<&Lease>, request: &LeaseRequest<'_>) -> Result<Lease> {
+    if let Some(held) = request.renews
+        && !current.is_some_and(|lease| lease.epoch == held && lease.holder == request.holder)
+    {
+        return Err(Error::LeaseLost {
+            lease: request.name.to_owned(),
+            epoch: held,
+        });
+    }
     let expires_at_ms = request.now_ms.saturating_add(request.ttl_ms);
     let epoch = match current {
         None => 1,
@@ -384,10 +418,7 @@ pub trait DurableStore: Send + Sync + 'static {
                 {
                     continue;
                 }
-                let claim = LeaseRequest {
-                    name: &name,
-                    ..request
-                };
+                let claim = request.named(&name);
                 match self.acquire_lease(claim).await {
                     Ok(lease) => return Ok(Some(lease)),
                     // Taken meanwhile by another claimer.

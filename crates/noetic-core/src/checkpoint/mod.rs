@@ -503,7 +503,7 @@ pub(crate) async fn renew_if_due(durability: &Durability, lease: &Lease) -> Resu
     }
     let renewed = durability
         .store
-        .acquire_lease(LeaseRequest::new(&lease.name, &durability.holder, ttl, now))
+        .acquire_lease(LeaseRequest::renewal(lease, ttl, now))
         .await;
     renewal_outcome(lease, renewed).map(Some)
 }

@@ -509,3 +509,101 @@ async fn serving_needs_shared_threads_and_a_shared_host_leaves_threads_to_its_se
     let _ = stop.send(());
     assert_eq!(serving.await.unwrap().claimed, 1);
 }
+
+/// Every key and value of the store, to show that nothing was written.
+async fn dump(store: &Watched) -> Vec<(String, Option<Vec<u8>>)> {
+    let storage = store.inner.storage();
+    let keys = storage.list("").await.unwrap();
+    let values = storage.get_many(&keys).await.unwrap();
+    keys.into_iter().zip(values).collect()
+}
+
+#[tokio::test]
+async fn a_host_paused_past_its_lease_is_fenced_out_and_writes_nothing_when_it_wakes() {
+    let store = Watched::new();
+    let (started, started_rx) = std::sync::mpsc::channel::<()>();
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
+    let (stop_paused, stop) = oneshot::channel::<()>();
+    // The paused host: its own one-thread runtime, frozen whole (no heartbeat, no renewal) while its
+    // tool blocks the thread — as SIGSTOP freezes a process.
+    let paused = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let woken = std::sync::Mutex::new(woken);
+                let tool = Tool::new(
+                    "echo",
+                    "Echoes the text",
+                    move |args: LookArgs, _: ToolContext| {
+                        let _ = started.send(());
+                        // Blocks the runtime's only thread until the test wakes it.
+                        let _ = woken.lock().unwrap().recv();
+                        async move { Ok::<_, ToolError>(args.text) }
+                    },
+                );
+                let model = ScriptedModel::with_responses([ScriptedResponse::tool_call(
+                    "call_1",
+                    "echo",
+                    json!({"text": "looked up"}),
+                )]);
+                let host = host(&store, &model, tool);
+                host.execute("look it up", on("t")).await.unwrap();
+                host.serve(
+                    async {
+                        let _ = stop.await;
+                    },
+                    ServeOptions::default()
+                        .poll_interval(Duration::from_millis(50))
+                        .drain(Duration::from_secs(10)),
+                )
+                .await
+                .unwrap()
+            })
+        })
+    };
+    tokio::task::spawn_blocking(move || started_rx.recv().unwrap())
+        .await
+        .unwrap();
+
+    let model = ScriptedModel::with_responses([ScriptedResponse::text("found: looked up")]);
+    let survivor = host(&store, &model, echo_tool(Arc::new(Counts::default()), None));
+    let (stop_survivor, serving) = serve(&survivor);
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !settled(&survivor, "t", 1).await {
+            store.commits.subscribe().changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the survivor took the thread over and finished its turn");
+    let _ = stop_survivor.send(());
+    assert_eq!(serving.await.unwrap().claimed, 1);
+
+    let before = dump(&store).await;
+    wake.send(()).unwrap();
+    let _ = stop_paused.send(());
+    let report = tokio::task::spawn_blocking(move || paused.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.claimed, report.lost, report.released),
+        (1, 1, 0),
+        "the woken host found the thread taken: {report:?}"
+    );
+    let after = dump(&store).await;
+    let changed: Vec<&String> = after
+        .iter()
+        .filter(|entry| !before.contains(entry))
+        .chain(before.iter().filter(|entry| !after.contains(entry)))
+        .map(|(key, _)| key)
+        .collect();
+    assert!(changed.is_empty(), "the woken host wrote {changed:?}");
+    let thread = stored(&survivor, "t").await.unwrap();
+    assert_eq!(
+        texts(&thread.history),
+        ["User: look it up", "Assistant: found: looked up"]
+    );
+}
