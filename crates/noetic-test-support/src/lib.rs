@@ -13,6 +13,8 @@
 //!   contract every `DurableStore` must pass.
 //! - [`mcp`]: a small MCP server (rmcp's server side) over stdio (the `noetic-mcp-test-server`
 //!   binary) and streamable HTTP, for testing MCP clients.
+//! - `postgres` (feature `postgres`): a throwaway PostgreSQL server started once per test process (or
+//!   the one at `NOETIC_TEST_PG_URL`) and a fresh database on it per test, for PostgreSQL adapters.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
 mod durable;
@@ -22,6 +24,8 @@ mod mock_server;
 mod otlp;
 mod paced;
 mod platform;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod scripted;
 mod storage;
 mod yielding;

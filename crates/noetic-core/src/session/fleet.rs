@@ -48,18 +48,25 @@ pub(crate) struct Drive {
 
 impl Drive {
     /// Reads back thread `thread_id`, claimed with `lease`, and drives it until it lets it go.
-    pub(crate) async fn run(mut self, thread_id: String, lease: Lease) -> LetGo {
+    pub(crate) async fn run(self, thread_id: String, lease: Lease) -> LetGo {
+        tracing::info!(%thread_id, epoch = lease.epoch, "thread claimed");
+        let outcome = self.claimed(&thread_id, lease).await;
+        tracing::info!(%thread_id, ?outcome, "thread let go");
+        outcome
+    }
+
+    async fn claimed(mut self, thread_id: &str, lease: Lease) -> LetGo {
         let Some(durability) = self.runtime.durability() else {
             return LetGo::Failed;
         };
-        let loaded = match ThreadJournal::load_claimed(durability, &thread_id, lease).await {
+        let loaded = match ThreadJournal::load_claimed(durability, thread_id, lease).await {
             Ok(loaded) => loaded,
             Err(error) => {
                 tracing::error!(%thread_id, %error, "claimed thread not read back");
                 return LetGo::Failed;
             }
         };
-        let session = self.sessions.get_or_create(&thread_id);
+        let session = self.sessions.get_or_create(thread_id);
         {
             let _loading = session.loading.lock().await;
             if session.journal.get().is_some() {

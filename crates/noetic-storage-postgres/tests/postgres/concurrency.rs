@@ -1,0 +1,185 @@
+//! Races between two `PostgresStorage` values (two pools, as two hosts would have) on one database:
+//! appends at one sequence number, first grants of one lease, and a fenced writer against a takeover.
+
+#![allow(clippy::unwrap_used)] // a test: a failure is a panic
+
+use std::sync::Arc;
+
+use noetic_core::adapter::durable::{Commit, DurableStore, LeaseRequest};
+use noetic_storage_postgres::{LeaseClock, PostgresStorage};
+use noetic_test_support::test_database_or_skip;
+use tokio::sync::{Barrier, mpsc};
+
+use crate::support::store;
+
+const WRITERS: usize = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_racing_to_append_at_one_sequence_number_apply_exactly_one_each_time() {
+    let db = test_database_or_skip!();
+    let hosts = [
+        store(&db, LeaseClock::Database).await,
+        store(&db, LeaseClock::Database).await,
+    ];
+    let rounds = 15u64;
+    for seq in 0..rounds {
+        // Every writer commits at `seq` at once, half of them through each pool; even rounds
+        // append to two logs at once, in opposite orders, as well.
+        let barrier = Arc::new(Barrier::new(WRITERS));
+        let tasks: Vec<_> = (0..WRITERS)
+            .map(|writer| {
+                let (host, barrier) = (hosts[writer % 2].clone(), barrier.clone());
+                tokio::spawn(async move {
+                    let value = format!("w{writer}").into_bytes();
+                    let mut commit = Commit::new().append("log/a", seq, vec![value.clone()]);
+                    if seq % 2 == 0 {
+                        commit = if writer % 2 == 0 {
+                            Commit::new()
+                                .append("log/b", seq / 2, vec![value.clone()])
+                                .append("log/a", seq, vec![value])
+                        } else {
+                            commit.append("log/b", seq / 2, vec![value])
+                        };
+                    }
+                    barrier.wait().await;
+                    host.commit(commit).await
+                })
+            })
+            .collect();
+        let mut wins = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(()) => wins += 1,
+                Err(error) => {
+                    assert_eq!(error.code(), "STORAGE_ERROR", "{error}");
+                    let text = error.to_string();
+                    assert!(
+                        text.contains("next sequence is") && text.contains("log/"),
+                        "the sequence conflict, naming the log: {text}"
+                    );
+                }
+            }
+        }
+        assert_eq!(wins, 1, "round {seq}: exactly one writer appends");
+    }
+    let entries = hosts[1].read_log("log/a", 0).await.unwrap();
+    let seqs: Vec<u64> = entries.iter().map(|entry| entry.seq).collect();
+    assert_eq!(
+        seqs,
+        (0..rounds).collect::<Vec<_>>(),
+        "no gap, no duplicate"
+    );
+    assert_eq!(hosts[0].next_seq("log/a").await.unwrap(), rounds);
+    assert_eq!(
+        hosts[0].next_seq("log/b").await.unwrap(),
+        rounds.div_ceil(2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hosts_racing_for_a_fresh_lease_get_exactly_one_grant() {
+    let db = test_database_or_skip!();
+    let hosts = [
+        store(&db, LeaseClock::Database).await,
+        store(&db, LeaseClock::Database).await,
+    ];
+    for round in 0..15 {
+        let name = format!("thread/{round}");
+        let barrier = Arc::new(Barrier::new(WRITERS));
+        let tasks: Vec<_> = (0..WRITERS)
+            .map(|holder| {
+                let (host, barrier, name) =
+                    (hosts[holder % 2].clone(), barrier.clone(), name.clone());
+                tokio::spawn(async move {
+                    let holder = format!("host-{holder}");
+                    barrier.wait().await;
+                    host.acquire_lease(LeaseRequest::new(&name, &holder, 60_000, 0))
+                        .await
+                })
+            })
+            .collect();
+        let mut granted = Vec::new();
+        let mut refused = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(lease) => granted.push(lease),
+                Err(error) => refused.push(error),
+            }
+        }
+        assert_eq!(granted.len(), 1, "{name}: one grant, got {granted:?}");
+        let winner = &granted[0];
+        assert_eq!(winner.epoch, 1);
+        for error in refused {
+            assert_eq!(error.code(), "LEASE_HELD", "{error}");
+            assert!(
+                error.to_string().contains(&format!("`{}`", winner.holder)),
+                "names the winner: {error}"
+            );
+        }
+        assert_eq!(
+            hosts[0].lease(&name).await.unwrap().unwrap().holder,
+            winner.holder
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_writer_racing_a_takeover_never_applies_after_it() {
+    let db = test_database_or_skip!();
+    // The caller's clock, so the takeover is possible at once (the lease is expired by the clock the
+    // taker passes) while the old holder keeps writing.
+    let old: PostgresStorage = store(&db, LeaseClock::Caller).await;
+    let new: PostgresStorage = store(&db, LeaseClock::Caller).await;
+    let t0 = 1_000_000;
+    for round in 0..8 {
+        let name = format!("execution/{round}");
+        let log = format!("{name}/items");
+        let lease = old
+            .acquire_lease(LeaseRequest::new(&name, "old", 1_000, t0))
+            .await
+            .unwrap();
+        let (progress_tx, mut progress) = mpsc::unbounded_channel();
+        let writer = tokio::spawn({
+            let (old, log) = (old.clone(), log.clone());
+            async move {
+                let mut next = 0;
+                loop {
+                    let commit = Commit::new().fenced(Some(lease.fence())).append(
+                        &log,
+                        next,
+                        vec![format!("old {next}").into_bytes()],
+                    );
+                    match old.commit(commit).await {
+                        Ok(()) => {
+                            next += 1;
+                            let _ = progress_tx.send(next);
+                        }
+                        Err(error) => return (next, error),
+                    }
+                }
+            }
+        });
+        // Let the old holder write a few entries, then take over while it writes.
+        while progress.recv().await.unwrap() < 3 {}
+        let taken = new
+            .acquire_lease(LeaseRequest::new(&name, "new", 1_000, t0 + 5_000))
+            .await
+            .unwrap();
+        assert_eq!(taken.epoch, 2);
+        let at_takeover = new.next_seq(&log).await.unwrap();
+        let (written, error) = writer.await.unwrap();
+        assert_eq!(error.code(), "LEASE_LOST", "{error}");
+        assert_eq!(
+            written, at_takeover,
+            "{name}: every write the old holder made was in before the takeover"
+        );
+        assert_eq!(new.next_seq(&log).await.unwrap(), at_takeover);
+        new.commit(Commit::new().fenced(Some(taken.fence())).append(
+            &log,
+            at_takeover,
+            vec![b"new".to_vec()],
+        ))
+        .await
+        .unwrap();
+    }
+}
