@@ -22,6 +22,9 @@ use noetic_test_support::postgres::{print_skip, test_database};
 use support::{Worker, WorkerConfig};
 use tokio::sync::mpsc;
 
+/// When a request arrived, and the user texts it carried.
+type Arrival = (Instant, Vec<String>);
+
 fn size(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -66,7 +69,7 @@ async fn bench() {
     // The mock provider notes when each request arrives and which user texts it carries.
     let mock = MockServer::start().await;
     mock.forget_requests();
-    let arrivals: Arc<Mutex<Vec<(Instant, Vec<String>)>>> = Arc::default();
+    let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
     {
         let arrivals = arrivals.clone();
         mock.set_responder(move |request| {
