@@ -168,6 +168,9 @@ pub(crate) struct ThreadWriter {
     stored: bool,
     record: ThreadRecord,
     lease: Lease,
+    /// A turn's end could not be recorded: the store still has that turn in flight, so the thread
+    /// must not be let go as if it had no work (its host keeps the mark for another to resume it).
+    pub(crate) end_unrecorded: bool,
 }
 
 /// A thread as read back.
@@ -364,6 +367,7 @@ impl ThreadJournal {
                     stored,
                     record,
                     lease,
+                    end_unrecorded: false,
                 }),
             },
         })
@@ -458,7 +462,13 @@ impl ThreadJournal {
     /// and the turn's execution cleared.
     pub(crate) async fn end_turn(&self, writer: &mut ThreadWriter, end: TurnEnd) -> Result<()> {
         let mut record = writer.record.clone();
-        let entries = end.entries?;
+        let entries = match end.entries {
+            Ok(entries) => entries,
+            Err(error) => {
+                writer.end_unrecorded = true;
+                return Err(error);
+            }
+        };
         let mut commit = Commit::new();
         let first_seq = if end.replace {
             commit =
@@ -486,7 +496,13 @@ impl ThreadJournal {
             .clear_prefix(crate::checkpoint::record::prefix(&end.execution_id))
             // The turn's execution id is never used again: its lease row goes too.
             .drop_lease(crate::checkpoint::record::lease_name(&end.execution_id));
-        self.commit(writer, commit).await?;
+        let recorded = self.commit(writer, commit).await;
+        // Another host that took the thread over owns its end; any other failure leaves the turn in
+        // flight in the store.
+        writer.end_unrecorded = recorded
+            .as_ref()
+            .is_err_and(|error| !matches!(error, Error::LeaseLost { .. }));
+        recorded?;
         writer.record = record;
         writer.stored = true;
         Ok(())

@@ -142,6 +142,17 @@ impl Drive {
         if !idle && !between_turns {
             return None;
         }
+        if writer.end_unrecorded {
+            // The store has a turn in flight that memory finished: the mark stays, and whoever
+            // claims the thread next (this host too) reads it back and finishes it from the store.
+            tracing::warn!(
+                thread_id = %session.thread_id,
+                "a turn's end was not recorded; the thread is let go to be read back"
+            );
+            self.sessions.remove(session);
+            journal.release(&writer).await;
+            return Some(LetGo::Failed);
+        }
         if idle {
             match journal.let_go(&mut writer).await {
                 Ok(fresh) if fresh.is_empty() => {}

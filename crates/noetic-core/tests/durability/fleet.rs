@@ -25,6 +25,8 @@ struct Watched {
     inner: KvDurableStore,
     commits: watch::Sender<u64>,
     messages_read: watch::Sender<u64>,
+    /// Fails the next commit that ends a session turn (it drops the turn's execution lease).
+    fail_next_turn_end: std::sync::atomic::AtomicBool,
 }
 
 impl Watched {
@@ -33,6 +35,7 @@ impl Watched {
             inner: KvDurableStore::in_memory(),
             commits: watch::Sender::new(0),
             messages_read: watch::Sender::new(0),
+            fail_next_turn_end: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -59,7 +62,19 @@ impl Watched {
 impl DurableStore for Watched {
     fn commit(&self, commit: Commit) -> BoxFuture<'_, noetic_core::Result<()>> {
         Box::pin(async move {
-            let result = self.inner.commit(commit).await;
+            let result = if !commit.drop_leases.is_empty()
+                && self
+                    .fail_next_turn_end
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                Err(Error::StorageBusy {
+                    operation: "commit",
+                    key: commit.drop_leases[0].clone(),
+                    source: "injected: the database was busy".into(),
+                })
+            } else {
+                self.inner.commit(commit).await
+            };
             self.commits.send_modify(|n| *n += 1);
             result
         })
@@ -606,4 +621,34 @@ async fn a_host_paused_past_its_lease_is_fenced_out_and_writes_nothing_when_it_w
         texts(&thread.history),
         ["User: look it up", "Assistant: found: looked up"]
     );
+}
+
+#[tokio::test]
+async fn a_turn_whose_end_was_not_recorded_stays_runnable_and_is_finished_from_the_store() {
+    let store = Watched::new();
+    store
+        .fail_next_turn_end
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let model = answering();
+    let worker = host(&store, &model, echo_tool(Arc::new(Counts::default()), None));
+    let (stop, serving) = serve(&worker);
+    worker.execute("one", on("t")).await.unwrap();
+    store
+        .until("the turn's end is recorded", async || {
+            settled(&worker, "t", 1).await
+        })
+        .await;
+    let _ = stop.send(());
+    let report = serving.await.unwrap();
+    // Let go once as failed (its end unrecorded, the mark kept), claimed again, and finished from
+    // the store: the recorded round was not asked again.
+    assert_eq!(
+        (report.claimed, report.failed, report.released),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(model.request_count(), 1);
+    let thread = stored(&worker, "t").await.unwrap();
+    assert_eq!(texts(&thread.history), ["User: one", "Assistant: re: one"]);
+    assert!(store.runnable("thread/").await.unwrap().is_empty());
 }
