@@ -1,5 +1,5 @@
 //! Durable records, append-only logs and fenced leases: the [`DurableStore`] trait and [`KvDurableStore`],
-//! its implementation over any [`StorageAdapter`].
+//! its implementation over any [`StorageAdapter`](super::storage::StorageAdapter).
 //!
 //! Checkpoints, the step ledger, durable sessions and leases are written through this one trait. It has
 //! three kinds of data, each addressed by a `/`-separated name:
@@ -18,7 +18,7 @@
 //!   share one store; [`DurableStore::wait_runnable`] only wakes them early.
 //!
 //! Every write is one atomic [`Commit`]. A store backed by a database (`noetic-storage-sqlite`) keeps
-//! each kind in its own table; [`KvDurableStore`] lays them out as keys of a [`StorageAdapter`] and is
+//! each kind in its own table; [`KvDurableStore`] lays them out as keys of a [`StorageAdapter`](super::storage::StorageAdapter) and is
 //! what a harness uses when it is given only a key-value adapter.
 
 use std::sync::Arc;
