@@ -373,30 +373,13 @@ async fn lock_heads(conn: &mut PgConnection, names: &[&str]) -> Result<Vec<(Stri
         .collect()
 }
 
-/// The name a commit's errors mention when the failure is not about one part of it.
-fn commit_subject(commit: &Commit) -> String {
-    commit
-        .fence
-        .as_ref()
-        .map(|fence| fence.lease.clone())
-        .or_else(|| commit.puts.first().map(|(key, _)| key.clone()))
-        .or_else(|| commit.appends.first().map(|append| append.log.clone()))
-        .or_else(|| commit.deletes.first().cloned())
-        .or_else(|| commit.clear_prefixes.first().cloned())
-        .or_else(|| commit.trims.first().map(|(log, _)| log.clone()))
-        .or_else(|| commit.drop_leases.first().cloned())
-        .or_else(|| commit.mark_runnable.first().cloned())
-        .or_else(|| commit.clear_runnable.first().cloned())
-        .unwrap_or_default()
-}
-
 impl DurableStore for PostgresStorage {
     fn commit(&self, commit: Commit) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             if commit.is_empty() && commit.fence.is_none() {
                 return Ok(());
             }
-            let subject = commit_subject(&commit);
+            let subject = commit.subject().to_owned();
             let mut tx = self
                 .pool()
                 .begin()

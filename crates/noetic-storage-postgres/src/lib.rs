@@ -422,24 +422,8 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The smallest string greater than every string starting with `prefix`, `None` when there is none
-/// (`prefix` is empty or all `char::MAX`). UTF-8 orders bytewise as code points do, so
-/// `key >= prefix AND key < upper` is exactly "starts with `prefix`" under the "C" collation of the
-/// key columns, with no `LIKE` wildcards.
-pub(crate) fn prefix_upper(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 /// A statement over the rows whose `column` starts with a prefix, in two forms: `bounded` takes the
-/// prefix as `$1` and its [`prefix_upper`] as `$2` (`column >= $1 AND column < $2`), `open` only `$1`
+/// prefix as `$1` and its `prefix_upper` as `$2` (`column >= $1 AND column < $2`), `open` only `$1`
 /// (`column >= $1`, for a prefix with no upper bound). Two plain range forms rather than one
 /// `($2 IS NULL OR column < $2)`, so the planner always sees an index range.
 pub(crate) struct PrefixSql {
@@ -453,7 +437,7 @@ impl PrefixSql {
         &self,
         prefix: &'q str,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        match prefix_upper(prefix) {
+        match noetic_core::adapter::durable::prefix_upper(prefix) {
             Some(upper) => sqlx::query(self.bounded).bind(prefix).bind(upper),
             None => sqlx::query(self.open).bind(prefix),
         }
@@ -467,16 +451,7 @@ pub(crate) fn to_i64(operation: &'static str, key: &str, value: u64) -> Result<i
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_upper, redact, secrets};
-
-    #[test]
-    fn the_upper_bound_of_a_prefix_is_its_last_char_plus_one() {
-        assert_eq!(prefix_upper("a/b").as_deref(), Some("a/c"));
-        assert_eq!(prefix_upper("").as_deref(), None);
-        assert_eq!(prefix_upper("a\u{10FFFF}").as_deref(), Some("b"));
-        assert_eq!(prefix_upper("\u{D7FF}").as_deref(), Some("\u{E000}"));
-        assert_eq!(prefix_upper("%").as_deref(), Some("&"));
-    }
+    use super::{redact, secrets};
 
     #[test]
     fn a_url_is_shown_with_its_password_redacted() {

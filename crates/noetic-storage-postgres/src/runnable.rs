@@ -14,13 +14,15 @@ use std::time::Duration;
 
 use noetic_core::adapter::durable::{Lease, LeaseRequest, decide_lease};
 use noetic_core::{Error, Result};
-use sqlx::PgConnection;
 use sqlx::postgres::PgListener;
+use sqlx::{PgConnection, Row};
 use tokio::sync::{broadcast, watch};
 
 use crate::durable::{lock_lease, to_caller, write_lease};
-use crate::error::map;
-use crate::{LeaseClock, PostgresStorage, prefix_upper};
+use crate::error::{corrupt, map};
+use noetic_core::adapter::durable::prefix_upper;
+
+use crate::{LeaseClock, PostgresStorage, PrefixSql};
 
 /// The channel marks are announced on (payload: the name).
 pub const CHANNEL: &str = "noetic_runnable";
@@ -31,8 +33,10 @@ const MARK: &str = "WITH m AS (INSERT INTO runnable (name) \
          ON CONFLICT (name) DO NOTHING) \
      SELECT pg_notify($2, n) FROM UNNEST($1::text[]) AS n";
 const CLEAR: &str = "DELETE FROM runnable WHERE name = ANY($1)";
-const LIST: &str = "SELECT name FROM runnable \
-     WHERE name >= $1 AND ($2::text IS NULL OR name < $2) ORDER BY place";
+const LIST: PrefixSql = PrefixSql {
+    bounded: "SELECT name FROM runnable WHERE name >= $1 AND name < $2 ORDER BY place",
+    open: "SELECT name FROM runnable WHERE name >= $1 ORDER BY place",
+};
 /// The oldest marked name under a prefix (`$1`, upper bound `$2`) whose lease is free at `$3` (the
 /// caller's clock) or, when `$3` is null, at the database's clock; its mark row locked, rows other
 /// claimers hold skipped.
@@ -78,12 +82,17 @@ pub(crate) async fn apply(
 
 /// The names marked under `prefix`, oldest first.
 pub(crate) async fn list(store: &PostgresStorage, prefix: &str) -> Result<Vec<String>> {
-    sqlx::query_scalar(LIST)
-        .bind(prefix)
-        .bind(prefix_upper(prefix))
+    let rows = LIST
+        .query(prefix)
         .fetch_all(store.pool())
         .await
-        .map_err(|error| map("runnable", prefix, error))
+        .map_err(|error| map("runnable", prefix, error))?;
+    rows.iter()
+        .map(|row| {
+            row.try_get::<String, _>(0)
+                .map_err(|error| corrupt("runnable", prefix, error))
+        })
+        .collect()
 }
 
 /// Claims the oldest marked name under `request.name` whose lease is free (see the module docs).

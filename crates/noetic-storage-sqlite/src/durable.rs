@@ -211,28 +211,13 @@ async fn apply(conn: &mut SqliteConnection, commit: Commit) -> Result<()> {
     Ok(())
 }
 
-/// The name a commit's errors mention when the failure is not about one part of it.
-fn commit_subject(commit: &Commit) -> String {
-    commit
-        .fence
-        .as_ref()
-        .map(|fence| fence.lease.clone())
-        .or_else(|| commit.puts.first().map(|(key, _)| key.clone()))
-        .or_else(|| commit.appends.first().map(|append| append.log.clone()))
-        .or_else(|| commit.deletes.first().cloned())
-        .or_else(|| commit.clear_prefixes.first().cloned())
-        .or_else(|| commit.trims.first().map(|(log, _)| log.clone()))
-        .or_else(|| commit.drop_leases.first().cloned())
-        .unwrap_or_default()
-}
-
 impl DurableStore for SqliteStorage {
     fn commit(&self, commit: Commit) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             if commit.is_empty() && commit.fence.is_none() {
                 return Ok(());
             }
-            let subject = commit_subject(&commit);
+            let subject = commit.subject().to_owned();
             let mut tx = self
                 .writer()
                 .begin_with("BEGIN IMMEDIATE")

@@ -166,6 +166,23 @@ impl Commit {
         self
     }
 
+    /// The name a store's error about the commit as a whole mentions: its fence's lease, else the
+    /// first record, log, lease or mark it writes.
+    pub fn subject(&self) -> &str {
+        self.fence
+            .as_ref()
+            .map(|fence| fence.lease.as_str())
+            .or_else(|| self.puts.first().map(|(key, _)| key.as_str()))
+            .or_else(|| self.appends.first().map(|append| append.log.as_str()))
+            .or_else(|| self.deletes.first().map(String::as_str))
+            .or_else(|| self.clear_prefixes.first().map(String::as_str))
+            .or_else(|| self.trims.first().map(|(log, _)| log.as_str()))
+            .or_else(|| self.drop_leases.first().map(String::as_str))
+            .or_else(|| self.mark_runnable.first().map(String::as_str))
+            .or_else(|| self.clear_runnable.first().map(String::as_str))
+            .unwrap_or_default()
+    }
+
     /// Whether the commit writes nothing.
     pub fn is_empty(&self) -> bool {
         self.clear_prefixes.is_empty()
@@ -177,6 +194,22 @@ impl Commit {
             && self.clear_runnable.is_empty()
             && self.mark_runnable.is_empty()
     }
+}
+
+/// The smallest string greater than every string starting with `prefix`, `None` when there is none
+/// (`prefix` is empty or all `char::MAX`). UTF-8 orders bytewise as code points do, so for a store
+/// comparing keys bytewise (SQLite's BINARY, PostgreSQL's "C" collation) `key >= prefix AND key <
+/// upper` is exactly "starts with `prefix`", with no `LIKE` wildcards.
+pub fn prefix_upper(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 /// Records read back by [`DurableStore::records`]: `(key, value)` pairs sorted by key.
@@ -547,5 +580,19 @@ impl SeqConflict {
             } if key == log => source.downcast_ref(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_upper;
+
+    #[test]
+    fn the_upper_bound_of_a_prefix_is_its_last_char_plus_one() {
+        assert_eq!(prefix_upper("a/b").as_deref(), Some("a/c"));
+        assert_eq!(prefix_upper("").as_deref(), None);
+        assert_eq!(prefix_upper("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_upper("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        assert_eq!(prefix_upper("%").as_deref(), Some("&"));
     }
 }

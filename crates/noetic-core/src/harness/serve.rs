@@ -124,7 +124,7 @@ impl AgentHarness {
                     LeaseRequest::new(THREAD_LEASES, &durability.holder, ttl_ms, now_ms());
                 match store.claim_runnable(request).await {
                     Ok(Some(lease)) => {
-                        let Some(thread_id) = thread_of(&lease).map(str::to_owned) else {
+                        let Some(thread_id) = thread_of(&lease.name).map(str::to_owned) else {
                             continue;
                         };
                         report.claimed += 1;
@@ -233,7 +233,7 @@ impl AgentHarness {
     /// Wakes the drivers of the threads `woken` names (all of them when it names none).
     fn wake(&self, woken: &[String], driving: &HashMap<String, tokio::task::Id>) {
         let wake = |name: &str| {
-            if let Some(session) = thread_of_name(name).and_then(|id| self.sessions().get(id)) {
+            if let Some(session) = thread_of(name).and_then(|id| self.sessions().get(id)) {
                 session.wake();
             }
         };
@@ -246,10 +246,6 @@ impl AgentHarness {
                 .for_each(|name| wake(name));
         }
     }
-}
-
-fn thread_of_name(name: &str) -> Option<&str> {
-    name.strip_prefix(THREAD_LEASES)
 }
 
 /// Counts a driver's end.

@@ -184,7 +184,7 @@ impl Drive {
 /// The thread lease names hosts claim (`thread/{id}`).
 pub(crate) const THREAD_LEASES: &str = "thread/";
 
-/// The thread a claimed lease names.
-pub(crate) fn thread_of(lease: &Lease) -> Option<&str> {
-    lease.name.strip_prefix(THREAD_LEASES)
+/// The thread a thread lease name (`thread/{id}`) names.
+pub(crate) fn thread_of(lease_name: &str) -> Option<&str> {
+    lease_name.strip_prefix(THREAD_LEASES)
 }
