@@ -10,14 +10,19 @@
 //!   `gen_ai.conversation.id` (the thread), `noetic.execution.id`, `noetic.turn.id` (a turn);
 //! - `noetic.step` — every step: `noetic.step.id`, `noetic.step.kind`;
 //! - `chat {model}` — every model round, under its `call_model` step: `gen_ai.operation.name = chat`,
-//!   `gen_ai.provider.name` (the provider's registered name), `gen_ai.request.model`, then
-//!   `gen_ai.response.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`,
+//!   `gen_ai.provider.name` (the provider's registered name), `gen_ai.request.model`,
+//!   `gen_ai.request.temperature`, `gen_ai.request.top_p`, `gen_ai.request.max_tokens` (when the
+//!   step sets them), then `gen_ai.response.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`,
 //!   `gen_ai.usage.input_tokens` (the provider's total input, cached included),
 //!   `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens` (only when reported),
 //!   `noetic.round`, `noetic.cost`;
 //! - `execute_tool {tool}` — every tool call, under its round's step: `gen_ai.operation.name =
 //!   execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id`;
 //! - `workflow {root id}` — `parse_and_run_workflow`, around its run.
+//!
+//! Numbers are recorded as `i64` (counts, token usage, round numbers) or `f64` (temperature, cost),
+//! never as `u64`: `tracing-opentelemetry` turns a `u64` field into a string attribute, and the
+//! conventions type every `gen_ai.usage.*` attribute as an int, which backends sum and filter.
 //!
 //! A failed span gets `otel.status_code = ERROR`, `error.type` (the stable code) and the message as
 //! `otel.status_description`. `otel.name` carries the dynamic span name (`chat gpt-4o`), as
@@ -45,6 +50,12 @@ pub mod attr {
     pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
     /// `gen_ai.request.model`.
     pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    /// `gen_ai.request.temperature` (a double).
+    pub const REQUEST_TEMPERATURE: &str = "gen_ai.request.temperature";
+    /// `gen_ai.request.top_p` (a double).
+    pub const REQUEST_TOP_P: &str = "gen_ai.request.top_p";
+    /// `gen_ai.request.max_tokens` (an int): the step's cap on output tokens.
+    pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
     /// `gen_ai.response.model`.
     pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
     /// `gen_ai.response.id`.
@@ -167,7 +178,10 @@ pub(crate) fn chat_span(provider: &str, model: &str, round: u32) -> Span {
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
-        noetic.round = round,
+        noetic.round = i64::from(round),
+        gen_ai.request.temperature = tracing::field::Empty,
+        gen_ai.request.top_p = tracing::field::Empty,
+        gen_ai.request.max_tokens = tracing::field::Empty,
         gen_ai.response.model = tracing::field::Empty,
         gen_ai.response.id = tracing::field::Empty,
         gen_ai.response.finish_reasons = tracing::field::Empty,
@@ -210,9 +224,23 @@ pub(crate) fn workflow_span(root_id: &str) -> Span {
     )
 }
 
-/// Records the request's content on a round's span, when content capture is on.
+/// Records the request's sampling parameters on a round's span, and its content when content
+/// capture is on.
 pub(crate) fn record_request(span: &Span, request: &crate::model::ModelRequest<'_>) {
-    if span.is_disabled() || !capture_content() {
+    if span.is_disabled() {
+        return;
+    }
+    let params = request.params;
+    if let Some(temperature) = params.temperature {
+        span.record(attr::REQUEST_TEMPERATURE, temperature);
+    }
+    if let Some(top_p) = params.top_p {
+        span.record(attr::REQUEST_TOP_P, top_p);
+    }
+    if let Some(max_tokens) = params.max_output_tokens {
+        span.record(attr::REQUEST_MAX_TOKENS, int(max_tokens));
+    }
+    if !capture_content() {
         return;
     }
     if let Some(instructions) = request.instructions {
@@ -273,10 +301,10 @@ pub(crate) fn record_response(span: &Span, response: &ModelResponse) {
     };
     span.record("gen_ai.response.finish_reasons", reason);
     if let Some(usage) = &response.usage {
-        span.record("gen_ai.usage.input_tokens", usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+        span.record(attr::INPUT_TOKENS, int(usage.input_tokens));
+        span.record(attr::OUTPUT_TOKENS, int(usage.output_tokens));
         if let Some(cached) = usage.cached_tokens {
-            span.record("gen_ai.usage.cache_read.input_tokens", cached);
+            span.record(attr::CACHE_READ_INPUT_TOKENS, int(cached));
         }
     }
     if let Some(cost) = response.cost {
@@ -287,4 +315,10 @@ pub(crate) fn record_response(span: &Span, response: &ModelResponse) {
     {
         span.record("gen_ai.output.messages", output.as_str());
     }
+}
+
+/// A count as the `i64` OpenTelemetry exports as an int (a `u64` field would arrive as a string);
+/// saturating, though no count comes near `i64::MAX`.
+fn int(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }

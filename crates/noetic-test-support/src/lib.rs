@@ -33,7 +33,10 @@ mod yielding;
 pub use durable::durable_conformance;
 pub use events::EventLog;
 pub use mock_server::{MockReply, MockServer, RecordedHttpRequest};
-pub use otlp::{OtlpProtocol, OtlpReceiver, ReceivedSpan};
+pub use otlp::{
+    AttributeValue, HistogramPoint, MetricData, NumberPoint, OtlpProtocol, OtlpReceiver,
+    ReceivedMetric, ReceivedSpan,
+};
 pub use paced::{PacedCall, PacedModel};
 pub use platform::{fs_conformance, shell_conformance};
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedResponse};
