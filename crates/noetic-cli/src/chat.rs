@@ -353,7 +353,7 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
     let result = tokio::select! {
         result = converse(&harness, &mut threads, jsonl, options) => result,
         signo = signals.next() => {
-            stop(&harness, &threads.known, options, &mut signals, signo).await;
+            stop(&harness, &mut threads, jsonl, options, &mut signals, signo).await;
             Err(Failure::Signal(signo))
         }
     };
@@ -365,11 +365,13 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
     result
 }
 
-/// A signal's stop: aborts the running turn of every thread the chat watches (draining for `--drain-ms` first; a second
-/// signal stops at once) and prints each drain's report.
+/// A signal's stop: aborts the running turn of every thread the chat watches (draining for
+/// `--drain-ms` first; a second signal stops at once), printing the turns' events meanwhile (a
+/// drain lets rounds finish: their text is shown), then each drain's report.
 async fn stop(
     harness: &AgentHarness,
-    threads: &[String],
+    threads: &mut Threads,
+    jsonl: bool,
     options: &Options,
     signals: &mut Signals,
     signo: i32,
@@ -383,16 +385,42 @@ async fn stop(
         }
         harness.abort(abort)
     };
-    let all =
-        futures_util::future::join_all(threads.iter().map(|thread| abort(thread, options.drain)));
-    let reports = tokio::select! {
-        reports = all => reports,
-        _ = signals.next() => {
-            futures_util::future::join_all(threads.iter().map(|thread| abort(thread, None))).await
+    let known = threads.known.clone();
+    let stopping = async {
+        let all =
+            futures_util::future::join_all(known.iter().map(|thread| abort(thread, options.drain)));
+        tokio::select! {
+            reports = all => reports,
+            _ = signals.next() => {
+                futures_util::future::join_all(known.iter().map(|thread| abort(thread, None))).await
+            }
         }
     };
+    let mut stopping = std::pin::pin!(stopping);
+    let mut text = TextPrinter::new();
+    let mut out = std::io::stdout();
+    let reports = loop {
+        tokio::select! {
+            reports = &mut stopping => break reports,
+            Some(event) = threads.events.next() => {
+                print_event(harness, &event, options.events_jsonl, jsonl, &mut text, &mut out);
+            }
+        }
+    };
+    // The turns have ended: what they published is there now.
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::ZERO, threads.events.next()).await {
+        print_event(
+            harness,
+            &event,
+            options.events_jsonl,
+            jsonl,
+            &mut text,
+            &mut out,
+        );
+    }
+    text.end_line(&mut out);
     let mut spend = noetic_core::Spend::default();
-    for thread in threads {
+    for thread in &known {
         spend += harness.usage(Scope::thread(thread.clone()));
     }
     let reports: Vec<_> = reports.into_iter().flatten().collect();
@@ -429,6 +457,8 @@ async fn converse(
         );
     };
     let mut unanswerable_aborted = false;
+    // The abort commands in flight: each prints its drain's report once its turn has ended.
+    let mut aborts = tokio::task::JoinSet::new();
     loop {
         if quitting {
             if !unanswerable_aborted {
@@ -444,6 +474,11 @@ async fn converse(
                 {
                     print(&event, &mut text);
                 }
+                // Their turns have ended, so they are done or about to be: let them print.
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while aborts.join_next().await.is_some() {}
+                })
+                .await;
                 return Ok(());
             }
             if let Some(event) = threads.events.next().await {
@@ -453,6 +488,8 @@ async fn converse(
         }
         tokio::select! {
             Some(event) = threads.events.next() => print(&event, &mut text),
+            // Reaps the abort commands that finished.
+            Some(_) = aborts.join_next(), if !aborts.is_empty() => {}
             line = lines.next_line() => {
                 let line = match line {
                     Ok(Some(line)) => line,
@@ -487,7 +524,7 @@ async fn converse(
                         if let Some(window) = drain {
                             abort = abort.drain(window);
                         }
-                        tokio::spawn(async move {
+                        aborts.spawn(async move {
                             if let Some(report) = harness.abort(abort).await {
                                 eprintln!("drain: {}", serde_json::json!(report));
                             }

@@ -91,27 +91,33 @@ pub(crate) async fn run(
         }
         harness.agent_response(scope.clone()).await
     };
+    let mut turn = Box::pin(turn);
     let response = tokio::select! {
-        response = turn => response,
+        response = &mut turn => response,
         signo = signals.next() => {
-            // The turn runs on the session's own task, so it keeps going while it drains.
+            // The turn runs on the session's own task, so it keeps going while it drains; its
+            // events are still printed meanwhile (a drain lets its round finish).
             let mut abort = AbortOptions::new().reason(signals::reason(signo));
             if let Some(thread) = &options.thread {
                 abort = abort.thread_id(thread.clone());
             }
-            let drain = options.drain.map(|window| harness.abort(abort.clone().drain(window)));
-            let report = match drain {
-                Some(drain) => tokio::select! {
-                    report = drain => report,
-                    _ = signals.next() => harness.abort(abort).await,
-                },
-                None => harness.abort(abort).await,
+            let stop = async {
+                let drain = options.drain.map(|window| harness.abort(abort.clone().drain(window)));
+                match drain {
+                    Some(drain) => tokio::select! {
+                        report = drain => report,
+                        _ = signals.next() => harness.abort(abort).await,
+                    },
+                    None => harness.abort(abort).await,
+                }
             };
-            let spend = harness.usage(scope);
+            let (report, _) = tokio::join!(stop, &mut turn);
+            let spend = harness.usage(scope.clone());
             signals::report(report.as_ref(), spend, None, options.output_json);
             return Err(Failure::Signal(signo));
         }
     };
+    drop(turn);
     if let Some(tool) = refused {
         return Err(Failure::Refused {
             code: "APPROVAL_REQUIRED",

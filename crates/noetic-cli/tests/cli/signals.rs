@@ -343,3 +343,157 @@ async fn a_chat_stopped_by_sigterm_exits_143_while_its_stdin_is_still_open() {
     assert_eq!(status.code(), Some(143));
     drop(stdin);
 }
+
+/// A reply streaming 40 words in 48-byte chunks 200 ms apart: many seconds of stream, so a stop
+/// that waited for it to end would take far longer than the 2 s a second stop may take.
+fn very_slow_reply() -> MockReply {
+    slow_reply().delay_between_chunks(Duration::from_millis(200))
+}
+
+/// Reads `lines` until the drain started (its `drain_started` event), collecting what it read.
+async fn until_draining(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    printed: &mut String,
+) {
+    tokio::time::timeout(CHILD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            printed.push_str(&line);
+            printed.push('\n');
+            if line.contains("drain_started") {
+                return;
+            }
+        }
+        panic!("stdout ended before the drain started:\n{printed}");
+    })
+    .await
+    .expect("the drain starts in time");
+}
+
+/// Waits (at most 2 s from now) for `child` to exit, collecting the rest of its stdout and its
+/// stderr.
+async fn exits_within_2s(
+    mut child: tokio::process::Child,
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    mut printed: String,
+) -> Finished {
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let mut err = String::new();
+    let rest = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            printed.push_str(&line);
+            printed.push('\n');
+        }
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(2), async {
+        tokio::join!(child.wait(), rest, stderr.read_to_string(&mut err))
+    })
+    .await;
+    let Ok((status, (), _)) = waited else {
+        let _ = child.start_kill();
+        panic!("the child did not exit within 2 s of the second stop");
+    };
+    Finished {
+        code: status.expect("wait for the child").code().unwrap_or(-1),
+        stdout: printed,
+        stderr: err,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_a_drain_stops_it_and_run_exits_143_at_once_with_its_report() {
+    let server = MockServer::start().await;
+    server.push(very_slow_reply());
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let mut command = noetic(args(
+        &["run", &flow, "Tell me a story", "--events", "jsonl"],
+        &[
+            mock_options(&server),
+            vec![
+                "--drain-ms".to_owned(),
+                "10000".to_owned(),
+                "--output".to_owned(),
+                "json".to_owned(),
+            ],
+        ]
+        .concat(),
+    ));
+    command.stdin(Stdio::null());
+    let mut child = command.spawn().expect("the noetic binary starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    until_streaming(&mut lines).await;
+    send("-TERM", &child);
+    let mut printed = String::new();
+    until_draining(&mut lines, &mut printed).await;
+    send("-TERM", &child);
+    let finished = exits_within_2s(child, lines, printed).await;
+    finished.assert_code(143);
+    let drain = drain_in(&finished.stderr);
+    assert_eq!(drain["reason"], "stopped", "{drain}");
+    assert!(drain["cutOff"][0]["dispatchId"].is_string(), "{drain}");
+    let last = finished.stdout.lines().last().unwrap_or_default();
+    let output: Value = serde_json::from_str(last).expect("a final JSON object");
+    assert_eq!(output["drain"], drain);
+    assert_eq!(
+        server.completed_replies(),
+        0,
+        "the round was cut, not read to its end"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_a_drain_stops_it_and_chat_exits_143_at_once_with_its_report() {
+    let server = MockServer::start().await;
+    server.push(very_slow_reply());
+    let dir = TempDir::new();
+    let (child, mut lines) = streaming_chat(
+        &server,
+        &dir,
+        &["--drain-ms".to_owned(), "10000".to_owned()],
+    )
+    .await;
+    send("-TERM", &child);
+    let mut printed = String::new();
+    until_draining(&mut lines, &mut printed).await;
+    send("-TERM", &child);
+    let finished = exits_within_2s(child, lines, printed).await;
+    finished.assert_code(143);
+    let drain = drain_in(&finished.stderr);
+    assert_eq!(drain["reason"], "stopped", "{drain}");
+    assert_eq!(server.completed_replies(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_abort_command_during_a_drain_stops_it_at_once_with_one_report() {
+    let server = MockServer::start().await;
+    server.push(very_slow_reply());
+    let dir = TempDir::new();
+    let (mut child, mut lines) = streaming_chat(&server, &dir, &[]).await;
+    let abort = b"{\"command\": \"abort\", \"drainMs\": 10000}\n";
+    let stdin = child.stdin.as_mut().expect("stdin is piped");
+    stdin.write_all(abort).await.unwrap();
+    let mut printed = String::new();
+    until_draining(&mut lines, &mut printed).await;
+    let stdin = child.stdin.as_mut().expect("stdin is piped");
+    stdin.write_all(abort).await.unwrap();
+    // Both aborts report before the chat reads on: the quit ends it once the turn has ended.
+    stdin.write_all(b"{\"command\": \"quit\"}\n").await.unwrap();
+    drop(child.stdin.take());
+    let finished = exits_within_2s(child, lines, printed).await;
+    finished.assert_code(0);
+    let drains: Vec<Value> = finished
+        .stderr
+        .lines()
+        .filter_map(|line| line.strip_prefix("drain: "))
+        .map(|line| serde_json::from_str(line).expect("the drain line is JSON"))
+        .collect();
+    assert_eq!(
+        drains.len(),
+        2,
+        "one report per abort:\n{}",
+        finished.stderr
+    );
+    assert_eq!(drains[0], drains[1], "the same report");
+    assert_eq!(drains[0]["reason"], "stopped", "{}", drains[0]);
+    assert_eq!(server.completed_replies(), 0);
+}

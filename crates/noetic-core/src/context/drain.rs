@@ -44,6 +44,26 @@ pub(crate) struct Drain {
 }
 
 impl Drain {
+    /// Its report, once it ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting is all it does.
+    pub(crate) async fn report(&self) -> DrainReport {
+        let mut reports = self.report.subscribe();
+        let report = reports.wait_for(Option::is_some).await;
+        // The sender lives in `self`: it cannot close while borrowed.
+        report
+            .ok()
+            .and_then(|report| report.clone())
+            .unwrap_or_else(|| DrainReport {
+                execution_id: String::new(),
+                reason: DrainReason::Stopped,
+                duration: self.started.elapsed(),
+                finished: Vec::new(),
+                cut_off: Vec::new(),
+            })
+    }
+
     /// A call it may wait for ended: it joins `finished`.
     fn call_ended(&self, call: PaidCall) {
         let Some(dispatch_id) = call.dispatch_id.as_deref() else {
@@ -152,12 +172,24 @@ impl Context {
         })
     }
 
-    /// Drains this context for up to `window`: see the module docs. A drain already running on it is
-    /// stopped at once instead, and its report returned (to both callers).
-    pub(crate) async fn drain(&self, window: Duration) -> DrainReport {
+    /// Drains this context for up to `window` (see the module docs), then aborts it with `reason`:
+    /// the cancel proceeds. A drain already started on it is stopped at once instead, and its report
+    /// returned (to every caller).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the drain runs on a task of its own once the first poll started it. Dropping
+    /// this future only stops waiting for the report; the drain still ends (settled, at its
+    /// deadline, or stopped by a second stop) and the context is still aborted then, so nothing
+    /// beneath it is left waiting.
+    pub(crate) async fn drain(&self, window: Duration, reason: Option<String>) -> DrainReport {
+        self.start_drain(window, reason).report().await
+    }
+
+    /// Starts the drain on a task of its own, or stops the one already started; returns it.
+    pub(crate) fn start_drain(&self, window: Duration, reason: Option<String>) -> Arc<Drain> {
         if let Some(drain) = self.inner.drain.get() {
             drain.stop.cancel();
-            return wait_for_report(drain).await;
+            return drain.clone();
         }
         let started = Instant::now();
         let drain = Arc::new(Drain {
@@ -185,10 +217,17 @@ impl Context {
             // (`set` fails only when one is set.)
             let other = self.inner.drain.get().unwrap_or(&drain);
             other.stop.cancel();
-            return wait_for_report(other).await;
+            return other.clone();
         };
         self.emit(FrameworkEvent::DrainStarted { calls });
-        let reason = loop {
+        tokio::spawn(self.clone().run_drain(drain.clone(), reason));
+        drain
+    }
+
+    /// The drain's own task: waits for the calls in flight until none is left, the deadline or a
+    /// stop; publishes the report; then aborts the context.
+    async fn run_drain(self, drain: Arc<Drain>, reason: Option<String>) {
+        let ended_by = loop {
             if lock(&drain.in_flight).is_empty() {
                 break DrainReason::Settled;
             }
@@ -207,7 +246,7 @@ impl Context {
             .collect();
         let report = DrainReport {
             execution_id: self.root().id().to_owned(),
-            reason,
+            reason: ended_by,
             duration: drain.started.elapsed(),
             finished: std::mem::take(&mut *lock(&drain.finished)),
             cut_off,
@@ -215,27 +254,9 @@ impl Context {
         self.emit(FrameworkEvent::DrainFinished {
             report: report.clone(),
         });
-        drain.report.send_replace(Some(report.clone()));
-        report
-    }
-}
-
-async fn wait_for_report(drain: &Drain) -> DrainReport {
-    let mut reports = drain.report.subscribe();
-    loop {
-        if let Some(report) = reports.borrow_and_update().clone() {
-            return report;
-        }
-        if reports.changed().await.is_err() {
-            // The sender lives in the drain, which `drain` borrows: this cannot happen.
-            return DrainReport {
-                execution_id: String::new(),
-                reason: DrainReason::Stopped,
-                duration: drain.started.elapsed(),
-                finished: Vec::new(),
-                cut_off: Vec::new(),
-            };
-        }
+        drain.report.send_replace(Some(report));
+        // The cancel proceeds whether or not anyone still waits for the report.
+        self.abort(reason);
     }
 }
 

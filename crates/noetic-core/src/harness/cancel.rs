@@ -21,13 +21,17 @@ impl AgentHarness {
     /// `drain_finished` go to the context's sink.
     ///
     /// # Cancel safety
-    /// Dropping the future during a drain leaves the drain running until its deadline with nobody
-    /// to proceed with the cancel: keep it, or cancel again.
+    /// Cancel safe. The abort is requested before the first await point; a drain runs on a task of
+    /// its own: dropped during one, the drain still ends (settled, at its deadline, or stopped by a
+    /// second cancel, which resolves with its report) and the context is still aborted then. Only
+    /// the layer teardown is skipped: close the context yourself ([`AgentHarness::close_context`]).
     pub async fn cancel(&self, ctx: &Context, options: CancelOptions) -> Option<DrainReport> {
         let report = match options.drain {
-            Some(window) => Some(ctx.drain(window).await),
+            Some(window) => Some(ctx.drain(window, options.reason.clone()).await),
             // A plain cancel during a drain stops the drain and shares its report.
-            None if ctx.is_draining() => Some(ctx.drain(Duration::ZERO).await),
+            None if ctx.is_draining() => {
+                Some(ctx.drain(Duration::ZERO, options.reason.clone()).await)
+            }
             None => None,
         };
         ctx.abort(options.reason);

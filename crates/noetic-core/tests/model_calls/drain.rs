@@ -3,6 +3,8 @@
 //! during a drain (`stopped`, one report for both callers), a drain with nothing in flight, and a
 //! session turn's drain (`status` reports `Draining`, then `Idle`).
 
+mod second_stop;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

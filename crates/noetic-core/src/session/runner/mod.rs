@@ -95,8 +95,6 @@ struct Running {
     inbox: Arc<SteerInbox>,
     started_at: SystemTime,
     aborting: bool,
-    /// When the drain of an abort cuts what is still in flight, while it drains.
-    draining: Option<SystemTime>,
 }
 
 impl Session {
@@ -347,17 +345,19 @@ impl Session {
             Some(running) if running.aborting => SessionStatus::Aborting {
                 turn_id: running.turn_id.clone(),
             },
-            Some(Running {
-                turn_id,
-                draining: Some(deadline),
-                ..
-            }) => SessionStatus::Draining {
-                turn_id: turn_id.clone(),
-                deadline: *deadline,
-            },
-            Some(running) => SessionStatus::Running {
-                turn_id: running.turn_id.clone(),
-                started_at: running.started_at,
+            Some(running) => match running.ctx.drain_deadline() {
+                Some(deadline) => SessionStatus::Draining {
+                    turn_id: running.turn_id.clone(),
+                    deadline,
+                },
+                // A drain that ended aborted the turn, even with nobody left waiting on it.
+                None if running.ctx.aborted() => SessionStatus::Aborting {
+                    turn_id: running.turn_id.clone(),
+                },
+                None => SessionStatus::Running {
+                    turn_id: running.turn_id.clone(),
+                    started_at: running.started_at,
+                },
             },
         }
     }
@@ -371,6 +371,10 @@ impl Session {
     }
 
     /// Aborts the running turn (if any) and waits until it has ended. Queued messages stay queued.
+    ///
+    /// With `drain`, the turn drains first (see `Context::drain`); during a drain, any abort stops
+    /// it at once and shares its report. The drain runs on a task of its own, so a dropped abort
+    /// still ends with the turn aborted.
     pub(crate) async fn abort(
         &self,
         reason: Option<String>,
@@ -378,19 +382,17 @@ impl Session {
     ) -> Option<DrainReport> {
         // A drain first (or, during one, stopping it): the turn keeps running meanwhile.
         let draining = {
-            let mut state = self.state();
-            let running = state.running.as_mut()?;
-            let drains = drain.is_some() || running.draining.is_some();
-            if drains && !running.aborting && running.draining.is_none() {
-                running.draining = Some(SystemTime::now() + drain.unwrap_or_default());
-            }
+            let state = self.state();
+            let running = state.running.as_ref()?;
+            let drains = drain.is_some() || running.ctx.is_draining();
             (drains && !running.aborting).then(|| running.ctx.clone())
         };
         let report = match draining {
             Some(ctx) => {
+                let drain = ctx.start_drain(drain.unwrap_or_default(), reason.clone());
+                // `status` reports `Draining` from now on.
                 self.bump();
-                let report = ctx.drain(drain.unwrap_or_default()).await;
-                Some(report)
+                Some(drain.report().await)
             }
             None => None,
         };
@@ -402,7 +404,6 @@ impl Session {
             };
             if !running.aborting {
                 running.aborting = true;
-                running.draining = None;
                 running.ctx.abort(reason);
             }
             running.turn_id.clone()

@@ -129,7 +129,6 @@ pub(super) fn take_turn(
         inbox: inbox.clone(),
         started_at: SystemTime::now(),
         aborting: false,
-        draining: None,
     });
     // What the store records of the start: the batch and what still waits.
     let begin = (journal.is_some() && !was_restored).then(|| {
