@@ -1,4 +1,5 @@
-//! The conformance suite every [`DurableStore`] runs.
+//! The store sections of the durable-store conformance suite ([`crate::conformance`]): records,
+//! logs, commits, leases and runnable marks, on fake timestamps.
 
 use noetic_core::Error;
 use noetic_core::adapter::durable::{Commit, DurableStore, Fence, LeaseRequest, LogEntry};
@@ -22,31 +23,37 @@ fn read(entries: &[LogEntry]) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// Asserts the [`DurableStore`] contract on `store`, which must start empty: records (put, replace,
-/// delete, sorted prefix listing with `%` and `_` literal), logs (append from 0, the exact-sequence
-/// conflict, reading from a sequence number, trims keeping the next sequence number, clearing a prefix
-/// resetting a log to 0), the atomicity of a failed commit, and leases (epochs, renewal, `LEASE_HELD`,
-/// takeover after expiry, fencing with `LEASE_LOST`, release, dropping a lease in a commit), and
-/// runnable marks (claim order kept on a second mark, clearing, prefixes, atomic with a failed commit,
-/// claims that skip every live lease, takeover of an expired one, the wake-up returning).
+/// Asserts every store section of the [`DurableStore`] contract ([`crate::conformance`]) on `store`,
+/// one after another: [`prefix_reads`], [`logs`], [`commits`], [`leases`] and [`runnable`]. `store`
+/// must start empty. For a store that cannot be opened twice, and for wrappers; a backend binds
+/// itself to the whole suite, harness sections included, with
+/// [`durable_store_conformance!`](crate::durable_store_conformance).
 ///
 /// # Panics
 /// When the store breaks the contract or fails.
 ///
 /// # Cancel safety
 /// Not meant to be cancelled: a dropped run leaves test data behind.
-#[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the store's error
 pub async fn durable_conformance(store: &dyn DurableStore) {
-    unbounded_prefixes(store).await;
-    records(store).await;
+    prefix_reads(store).await;
     logs(store).await;
-    atomicity(store).await;
+    commits(store).await;
     leases(store).await;
     runnable(store).await;
-    store
-        .commit(Commit::new())
-        .await
-        .expect("an empty commit is fine");
+}
+
+/// Records: put, replace, delete (a missing one too), and `records(prefix)` listing exactly the
+/// prefix's rows in bytewise key order, with `%` and `_` literal, non-ASCII keys, and prefixes with no
+/// upper bound (empty, or all `char::MAX`). `store` must start empty.
+///
+/// # Panics
+/// When the store breaks the contract or fails.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: a dropped run leaves test data behind.
+pub async fn prefix_reads(store: &dyn DurableStore) {
+    unbounded_prefixes(store).await;
+    records(store).await;
 }
 
 /// Prefixes with no upper bound (empty, or all `char::MAX`) list and clear exactly their rows.
@@ -145,8 +152,18 @@ async fn records(store: &dyn DurableStore) {
     assert!(store.records("r/nothing/").await.unwrap().is_empty());
 }
 
-#[allow(clippy::unwrap_used)]
-async fn logs(store: &dyn DurableStore) {
+/// Logs: appends from 0, the exact-sequence conflict (neither a replay nor a gap) naming the log,
+/// reading from any sequence number, logs whose names are prefixes of each other kept apart, trims
+/// keeping the next sequence number, and clearing a prefix (literal `%` and `_`) resetting a log to 0.
+/// `store` must start empty.
+///
+/// # Panics
+/// When the store breaks the contract or fails.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: a dropped run leaves test data behind.
+#[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the store's error
+pub async fn logs(store: &dyn DurableStore) {
     assert_eq!(store.next_seq("l/a").await.unwrap(), 0);
     assert!(store.read_log("l/a", 0).await.unwrap().is_empty());
     store
@@ -260,8 +277,48 @@ async fn logs(store: &dyn DurableStore) {
     assert_eq!(store.next_seq("p/ax/log").await.unwrap(), 1);
 }
 
-#[allow(clippy::unwrap_used)]
-async fn atomicity(store: &dyn DurableStore) {
+/// Commits: all or nothing — a commit whose append conflicts applies none of its puts, deletes,
+/// clears, trims or appends; within one commit a key written twice keeps its last write, and appends
+/// to several logs all apply; an empty commit is fine. (Two appends to one log in one commit are left
+/// open: PostgreSQL applies both, `KvDurableStore` refuses the second.) `store` must start empty.
+///
+/// # Panics
+/// When the store breaks the contract or fails.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: a dropped run leaves test data behind.
+#[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the store's error
+pub async fn commits(store: &dyn DurableStore) {
+    store
+        .commit(Commit::new())
+        .await
+        .expect("an empty commit is fine");
+    store
+        .commit(
+            Commit::new()
+                .put("c/b", "first")
+                .put("c/a", "a")
+                .put("c/b", "last")
+                .append("c/log", 0, entries(&["0", "1"]))
+                .append("c/other", 0, entries(&["2"])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.record("c/b").await.unwrap(),
+        Some(b"last".to_vec()),
+        "a key written twice in one commit keeps its last write"
+    );
+    assert_eq!(store.record("c/a").await.unwrap(), Some(b"a".to_vec()));
+    assert_eq!(
+        read(&store.read_log("c/log", 0).await.unwrap()),
+        vec![(0, "0".into()), (1, "1".into())]
+    );
+    assert_eq!(
+        read(&store.read_log("c/other", 0).await.unwrap()),
+        vec![(0, "2".into())]
+    );
+
     store
         .commit(Commit::new().append("t/b", 0, entries(&["b0"])))
         .await
@@ -312,8 +369,21 @@ async fn atomicity(store: &dyn DurableStore) {
     assert_eq!(store.read_log("t/b", 0).await.unwrap().len(), 1);
 }
 
-#[allow(clippy::unwrap_used)]
-async fn leases(store: &dyn DurableStore) {
+/// Leases, on the caller's clock (fake timestamps): the first grant at epoch 1, renewal by the holder
+/// at the same epoch, `LEASE_HELD` naming the holder and expiry while it is live, takeover at the next
+/// epoch once it has expired, `LEASE_LOST` for a fenced commit of the stale holder (which applies
+/// nothing) or of a lease never granted, release (a no-op for a holder that lost it), re-acquire after
+/// release one epoch up, a lease dropped in a commit fencing its holder out, and
+/// [`LeaseRequest::renewal`] refused once the lease was dropped or taken over. `store` must start
+/// empty.
+///
+/// # Panics
+/// When the store breaks the contract or fails.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: a dropped run leaves test data behind.
+#[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the store's error
+pub async fn leases(store: &dyn DurableStore) {
     let (ttl, t0) = (1_000, 1_000_000);
     assert_eq!(store.lease("lease/a").await.unwrap(), None);
     let first = store
@@ -498,8 +568,19 @@ async fn leases(store: &dyn DurableStore) {
     assert_eq!((lapsed.holder.as_str(), lapsed.epoch), ("one", 2));
 }
 
-#[allow(clippy::unwrap_used)]
-async fn runnable(store: &dyn DurableStore) {
+/// Runnable marks and claims: marks listed oldest first (marking again keeps the place, a cleared
+/// mark set again goes last), by prefix, atomic with a failed commit; `claim_runnable` takes the
+/// oldest mark whose lease is free, skipping every live one (the claimer's own too), leaves the mark,
+/// takes an expired one over at the next epoch; a stale holder's fenced clear is `LEASE_LOST`; the
+/// wake-up returns within its timeout. `store` must start empty.
+///
+/// # Panics
+/// When the store breaks the contract or fails.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: a dropped run leaves test data behind.
+#[allow(clippy::unwrap_used)] // a test helper: a failure is a panic with the store's error
+pub async fn runnable(store: &dyn DurableStore) {
     let (ttl, t0) = (1_000, 5_000_000);
     assert!(store.runnable("run/").await.unwrap().is_empty());
     store

@@ -9,14 +9,18 @@
 //! - [`MockServer`]: an HTTP server on `127.0.0.1:0` that answers provider requests with queued
 //!   [`MockReply`]s in the real wire format (SSE or JSON), with re-chunking, pacing and faults, and records
 //!   every request. For testing the real HTTP providers, and for benchmarks.
-//! - [`storage_conformance`]: the contract every `StorageAdapter` must pass; [`durable_conformance`]: the
-//!   contract every `DurableStore` must pass.
+//! - [`storage_conformance`]: the contract every `StorageAdapter` must pass.
+//! - [`conformance`]: the contract every `DurableStore` must pass — records, logs, commits, leases,
+//!   runnable marks, and what a harness records (paid calls, approvals, threads, corrupt rows) — as
+//!   one `#[tokio::test]` per section from [`durable_store_conformance!`], given a fresh store;
+//!   [`durable_conformance`] runs the store sections on one store.
 //! - [`mcp`]: a small MCP server (rmcp's server side) over stdio (the `noetic-mcp-test-server`
 //!   binary) and streamable HTTP, for testing MCP clients.
 //! - `postgres` (feature `postgres`): a throwaway PostgreSQL server started once per test process (or
 //!   the one at `NOETIC_TEST_PG_URL`) and a fresh database on it per test, for PostgreSQL adapters.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
+pub mod conformance;
 mod durable;
 mod events;
 pub mod mcp;

@@ -17,8 +17,13 @@
 //! Without `NOETIC_TEST_PG_URL` and without PostgreSQL binaries ([`pg_binaries`]) there is no server:
 //! [`test_database`] returns `None`, and a test skips loudly ([`test_database_or_skip!`](crate::test_database_or_skip)).
 //!
-//! Databases are left behind when a test ends (the server is throwaway); every test gets its own, so
-//! the tests of one binary run in parallel on one server.
+//! Every test gets its own database, so the tests of one binary run in parallel on one server. A
+//! [`TestDatabase`] drops its database when it is dropped (at the end of the test, and when the test
+//! panics: it is dropped while unwinding), so a long-lived server at `NOETIC_TEST_PG_URL` does not
+//! collect one database per test run.
+//!
+//! [`TlsServer`] (module `tls`) starts a server of its own with TLS on and a certificate made at
+//! start, for tests of TLS connections.
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -30,6 +35,10 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
 
+mod tls;
+
+pub use tls::{TestCa, TlsServer};
+
 /// The environment variable naming a server's maintenance-database URL to use instead of starting one.
 pub const URL_VAR: &str = "NOETIC_TEST_PG_URL";
 
@@ -39,11 +48,14 @@ pub const BIN_VAR: &str = "NOETIC_PG_BIN";
 /// How long a started server may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A database of its own for one test.
+/// A database of its own for one test, dropped (`DROP DATABASE … WITH (FORCE)`, ending any
+/// connection still open on it) when this is dropped.
 #[derive(Debug)]
 pub struct TestDatabase {
     url: String,
     name: String,
+    /// The maintenance-database URL of its server, to drop it from.
+    admin: String,
 }
 
 impl TestDatabase {
@@ -56,6 +68,54 @@ impl TestDatabase {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// How long dropping a test database may take.
+const DROP_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Drop for TestDatabase {
+    /// Drops the database, on a thread and runtime of its own (a `Drop` cannot await, and the test's
+    /// runtime may be the current thread), waiting at most 30 s. A failure is printed, not
+    /// raised: this also runs while a failed test unwinds.
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let (done, finished) = std::sync::mpsc::channel();
+        let dropper = std::thread::spawn(move || {
+            let outcome = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|error| error.to_string())
+                .and_then(|runtime| runtime.block_on(drop_database(&admin, &name)));
+            let _ = done.send(outcome);
+        });
+        let problem = match finished.recv_timeout(DROP_TIMEOUT) {
+            Ok(Ok(())) => {
+                let _ = dropper.join();
+                return;
+            }
+            Ok(Err(error)) => error,
+            Err(_) => format!("no answer within {DROP_TIMEOUT:?}"),
+        };
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "WARNING: the test database {} was not dropped: {problem}",
+            self.name
+        );
+    }
+}
+
+/// `DROP DATABASE name WITH (FORCE)` on the server at `admin`.
+async fn drop_database(admin: &str, name: &str) -> Result<(), String> {
+    let mut conn = PgConnection::connect(admin)
+        .await
+        .map_err(|error| format!("connecting to the test server: {error}"))?;
+    let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+    let dropped = conn.execute(AssertSqlSafe(drop)).await;
+    let _ = conn.close().await;
+    dropped
+        .map(|_| ())
+        .map_err(|error| format!("dropping it: {error}"))
 }
 
 /// The directory holding `initdb` and `postgres`: `$NOETIC_PG_BIN` when set, else `pg_config --bindir`,
@@ -136,7 +196,7 @@ pub fn __test_name(here: &str) -> String {
 
 /// A fresh, uniquely named database: on the server at `NOETIC_TEST_PG_URL`, else on this process's
 /// throwaway server (started by the first call). `None` only when neither exists (no URL and no
-/// PostgreSQL binaries).
+/// PostgreSQL binaries). Dropping the [`TestDatabase`] drops the database.
 ///
 /// # Panics
 /// When the server cannot be started or reached, or the database cannot be created (with the
@@ -172,6 +232,7 @@ pub async fn test_database() -> Option<TestDatabase> {
     Some(TestDatabase {
         url: with_database(&admin, &name),
         name,
+        admin,
     })
 }
 
@@ -211,30 +272,50 @@ fn with_database(url: &str, database: &str) -> String {
     format!("{}/{database}{query}", &url[..path])
 }
 
-/// This process's PostgreSQL server, stopped (and its directory removed) when the process exits.
+/// A PostgreSQL server this process started, stopped (and its directory removed) when the process
+/// exits, or before by [`Server::stop`].
 struct Server {
     admin_url: String,
-    /// Holds the wrapper's stdin open; never waited for.
-    _wrapper: Child,
+    port: u16,
+    /// Its stdin, held open, keeps the server running.
+    wrapper: Child,
     /// The server's log (inside the directory the wrapper removes).
     log: PathBuf,
 }
 
 /// Stops the server when the pipe on its stdin closes, then removes the directory: `$1` postgres,
-/// `$2` data dir, `$3` port, `$4` the directory (socket, log), `$5` the log.
+/// `$2` data dir, `$3` port, `$4` the directory (socket, log), `$5` the log; the rest are more
+/// arguments for `postgres`.
 const WRAPPER: &str = r#"
-"$1" -D "$2" -h 127.0.0.1 -p "$3" -k "$4" -F -c fsync=off -c full_page_writes=off \
-    -c synchronous_commit=off -c max_connections=300 </dev/null >"$5" 2>&1 &
+pg="$1" data="$2" port="$3" dir="$4" log="$5"
+shift 5
+"$pg" -D "$data" -h 127.0.0.1 -p "$port" -k "$dir" -F -c fsync=off -c full_page_writes=off \
+    -c synchronous_commit=off -c max_connections=300 "$@" </dev/null >"$log" 2>&1 &
 pid=$!
 read _ignored
 kill -INT "$pid" 2>/dev/null
 wait "$pid"
-rm -rf "$4"
+rm -rf "$dir"
 "#;
+
+/// What a server started for one purpose adds to the plain one.
+#[derive(Default)]
+struct ServerSetup<'a> {
+    /// Files to write into the data directory after `initdb` (mode 0600, owned by the server's
+    /// user): `(name, contents)`.
+    files: Vec<(&'a str, &'a [u8])>,
+    /// More arguments for `postgres` (`-c ssl=on`).
+    args: Vec<&'a str>,
+}
 
 impl Server {
     /// Runs `initdb` and starts `postgres` under the wrapper (blocking).
     fn start(bin: &Path) -> Result<Server, String> {
+        Server::start_with(bin, &ServerSetup::default())
+    }
+
+    /// As [`Server::start`], with `setup`'s files in the data directory and its arguments.
+    fn start_with(bin: &Path, setup: &ServerSetup<'_>) -> Result<Server, String> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.subsec_nanos());
@@ -271,6 +352,11 @@ impl Server {
                 String::from_utf8_lossy(&output.stderr)
             ));
         }
+        for (name, contents) in &setup.files {
+            let path = data.join(name);
+            write_private(&path, contents, user)
+                .map_err(|error| format!("writing {}: {error}", path.display()))?;
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .map_err(|error| format!("finding a free port: {error}"))?
@@ -284,6 +370,7 @@ impl Server {
             .arg(port.to_string())
             .arg(&dir)
             .arg(&log)
+            .args(&setup.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -296,9 +383,36 @@ impl Server {
             .map_err(|error| format!("starting the PostgreSQL wrapper: {error}"))?;
         Ok(Server {
             admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            _wrapper: wrapper,
+            port,
+            wrapper,
             log,
         })
+    }
+
+    /// Stops the server (closing the wrapper's stdin) and waits at most `timeout` for the wrapper to
+    /// have stopped it and removed its directory; kills the wrapper past that.
+    fn stop(mut self, timeout: Duration) -> Result<(), String> {
+        drop(self.wrapper.stdin.take());
+        let pid = self.wrapper.id();
+        let mut wrapper = self.wrapper;
+        let (done, stopped) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(wrapper.wait());
+        });
+        match stopped.recv_timeout(timeout) {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(format!("waiting for the server's wrapper: {error}")),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(pid.to_string())
+                    .status();
+                Err(format!(
+                    "the server on port {} did not stop within {timeout:?}",
+                    self.port
+                ))
+            }
+        }
     }
 
     /// Connects until the server accepts connections, for at most [`READY_TIMEOUT`].
@@ -334,6 +448,22 @@ impl Server {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
+}
+
+/// Writes `contents` to a new file at `path` with mode 0600, owned by `user` when given.
+fn write_private(path: &Path, contents: &[u8], user: Option<(u32, u32)>) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents)?;
+    if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
+    }
+    Ok(())
 }
 
 /// `(uid, gid)` of the `postgres` system user when this process is root (initdb and postgres refuse

@@ -3,8 +3,9 @@
 use noetic_core::adapter::{StorageAdapter, StorageOp};
 
 /// Asserts the [`StorageAdapter`] contract on `store`, which must start empty: get/set/delete, `list`
-/// by prefix in sorted order (`%` and `_` literal, non-ASCII keys, prefixes with no upper bound), `get_many` in key order with gaps,
-/// and `batch` applying all its ops together.
+/// by prefix in sorted order (`%` and `_` literal, non-ASCII keys, prefixes with no upper bound),
+/// `get_many` in the order asked with gaps (a key asked twice answered twice), and `batch` applying
+/// all its ops together, a key written twice keeping its last write.
 ///
 /// # Panics
 /// When the adapter breaks the contract or fails.
@@ -140,4 +141,27 @@ pub async fn storage_conformance(store: &dyn StorageAdapter) {
         .batch(Vec::new())
         .await
         .expect("an empty batch is fine");
+
+    // batch: a key written more than once keeps its last write; get_many answers a repeated key twice
+    store
+        .batch(vec![
+            StorageOp::set("conf/twice/k", b"1".to_vec()),
+            StorageOp::delete("conf/twice/k"),
+            StorageOp::delete("conf/twice/j"),
+            StorageOp::set("conf/twice/j", b"2".to_vec()),
+            StorageOp::set("conf/twice/j", b"3".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.get("conf/twice/k").await.unwrap(), None);
+    assert_eq!(
+        store.get("conf/twice/j").await.unwrap(),
+        Some(b"3".to_vec())
+    );
+    let repeated = ["conf/twice/j", "conf/twice/k", "conf/twice/j"].map(str::to_owned);
+    assert_eq!(
+        store.get_many(&repeated).await.unwrap(),
+        vec![Some(b"3".to_vec()), None, Some(b"3".to_vec())],
+        "a key asked twice gets its value twice"
+    );
 }

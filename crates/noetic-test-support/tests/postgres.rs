@@ -47,3 +47,56 @@ fn the_binaries_found_hold_initdb_and_postgres() {
         None => eprintln!("SKIPPED: no PostgreSQL binaries on this machine"),
     }
 }
+
+/// Whether the server lists a database named `name`, asked through `conn`.
+async fn listed(conn: &mut PgConnection, name: &str) -> bool {
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+        .bind(name)
+        .fetch_one(conn)
+        .await
+        .unwrap();
+    count == 1
+}
+
+#[tokio::test]
+async fn a_test_database_is_dropped_with_its_guard_ending_connections_left_open() {
+    let db = test_database_or_skip!();
+    let witness = test_database().await.unwrap();
+    let mut check = PgConnection::connect(witness.url()).await.unwrap();
+    let name = db.name().to_owned();
+    // A connection still open on it, as a pool a test forgot would be.
+    let mut left_open = PgConnection::connect(db.url()).await.unwrap();
+    assert!(listed(&mut check, &name).await);
+
+    drop(db);
+    assert!(
+        !listed(&mut check, &name).await,
+        "{name} is gone from pg_database"
+    );
+    assert!(
+        sqlx::query("SELECT 1")
+            .execute(&mut left_open)
+            .await
+            .is_err(),
+        "the connection left open was ended"
+    );
+}
+
+#[tokio::test]
+async fn a_test_database_is_dropped_when_its_test_panics() {
+    let db = test_database_or_skip!();
+    let witness = test_database().await.unwrap();
+    let mut check = PgConnection::connect(witness.url()).await.unwrap();
+    let name = db.name().to_owned();
+    let failed = tokio::spawn(async move {
+        let _db = db;
+        panic!("the test failed");
+    })
+    .await
+    .unwrap_err();
+    assert!(failed.is_panic());
+    assert!(
+        !listed(&mut check, &name).await,
+        "{name} is gone from pg_database"
+    );
+}

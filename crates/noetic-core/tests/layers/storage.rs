@@ -1,4 +1,5 @@
-//! The storage adapter: the conformance suite on the in-memory default and through forwarding impls.
+//! The storage adapter: the conformance suite on the in-memory default and through forwarding impls;
+//! the durable-store conformance suite on the in-memory `KvDurableStore`.
 
 use std::sync::Arc;
 
@@ -44,9 +45,28 @@ async fn the_harness_defaults_to_in_memory_storage_and_takes_a_shared_one() {
     );
 }
 
+/// The durable-store suite, one test per section, each on a fresh in-memory store; every handle a
+/// section opens (a "restarted" harness's) is the same store.
+mod kv_durable {
+    use std::sync::Arc;
+
+    use noetic_core::KvDurableStore;
+    use noetic_test_support::conformance::StoreOpener;
+
+    noetic_test_support::durable_store_conformance!({
+        (
+            StoreOpener::shared(Arc::new(KvDurableStore::in_memory())),
+            (),
+        )
+    });
+}
+
 #[tokio::test]
-async fn the_kv_durable_store_passes_the_durable_conformance_suite() {
+async fn the_kv_durable_store_passes_the_store_sections_one_after_another_and_through_a_box() {
     noetic_test_support::durable_conformance(&noetic_core::KvDurableStore::in_memory()).await;
+    let boxed: Box<dyn noetic_core::adapter::DurableStore> =
+        Box::new(noetic_core::KvDurableStore::in_memory());
+    noetic_test_support::durable_conformance(&boxed).await;
 }
 
 #[tokio::test]

@@ -10,7 +10,12 @@ use sqlx::AssertSqlSafe;
 
 /// A store on `db` deciding leases on `clock`.
 pub(crate) async fn store(db: &TestDatabase, clock: LeaseClock) -> PostgresStorage {
-    PostgresStorage::connect_with(db.url(), PostgresOptions::default().lease_clock(clock))
+    store_at(db.url(), clock).await
+}
+
+/// A store (a pool of its own) on the database at `url`, deciding leases on `clock`.
+pub(crate) async fn store_at(url: &str, clock: LeaseClock) -> PostgresStorage {
+    PostgresStorage::connect_with(url, PostgresOptions::default().lease_clock(clock))
         .await
         .unwrap()
 }
