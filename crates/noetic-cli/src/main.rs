@@ -13,8 +13,9 @@
 //! pointer); 1 runtime failure, printed as `error[CODE]: message`; 128 + N when `run` was stopped by
 //! signal N (143 for SIGTERM, 130 for SIGINT; see `--drain-ms`).
 //!
-//! With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, the command's
-//! spans are exported over OTLP/HTTP (`noetic-otel`) and flushed before it exits.
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces or metrics endpoint) set, the command's spans
+//! and metrics are exported over OTLP/HTTP (`noetic-otel`) and flushed before it exits
+//! (`OTEL_METRICS_EXPORTER=none`: spans only).
 
 mod args;
 mod chat;
@@ -61,8 +62,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // With an OTLP endpoint in the environment, every span of the command is exported, and flushed
-    // (bounded) before the process exits, whatever the outcome.
+    // With an OTLP endpoint in the environment, every span of the command and its metrics are
+    // exported, and flushed (bounded) before the process exits, whatever the outcome (a signal
+    // included: `run` and `chat` return then, and the guard is shut down below).
     let otel = if noetic_otel::configured() {
         match noetic_otel::init() {
             Ok(guard) => Some(guard),

@@ -205,10 +205,15 @@ impl PaidCalls {
     /// Ends a call whose round was cut before it was priced: its record stays, pending (its row is
     /// there already). Returns it.
     pub(crate) fn cut(&self, dispatch_id: &str) -> Option<PaidCall> {
-        let mut records = lock(&self.records);
-        let record = records.get_mut(dispatch_id)?;
-        record.in_flight = false;
-        Some(record.call.clone())
+        let call = {
+            let mut records = lock(&self.records);
+            let record = records.get_mut(dispatch_id)?;
+            record.in_flight = false;
+            record.call.clone()
+        };
+        // Counted once the lock is released: a subscriber's work never runs under it.
+        crate::telemetry::paid_call_left_pending(&call);
+        Some(call)
     }
 
     /// The calls that ended unpriced, oldest dispatch first: in memory, or every row of the store

@@ -28,6 +28,15 @@
 //! `otel.status_description`. `otel.name` carries the dynamic span name (`chat gpt-4o`), as
 //! `tracing-opentelemetry` expects.
 //!
+//! **Metrics.** Core emits measurements through `tracing` too, so it stays free of OpenTelemetry
+//! types and costs nothing without a subscriber; `noetic-otel`'s metrics layer turns them into
+//! instruments. The per-round histograms (`gen_ai.client.token.usage`,
+//! `gen_ai.client.operation.duration`) and the turn counters are read from the spans above when
+//! they close: what a span records is what its metrics say. Counts of things that are not spans
+//! (steers applied, approvals requested, drains ended, paid calls left pending) are events at the
+//! target [`METRICS_TARGET`]: the field `metric` names the counter ([`metric`]), `increment` says
+//! by how much (1 when absent), every other field but the message is an attribute.
+//!
 //! **Content capture is off by default** (the conventions' rule): prompts, completions and tool
 //! arguments are not recorded. Opt in with [`set_capture_content`] or the environment variable
 //! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`; each `chat` span then also has
@@ -39,8 +48,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use tracing::{Instrument, Span};
 
+use crate::drain::{CallKind, DrainReport, PaidCall};
 use crate::error::Error;
 use crate::model::{ModelResponse, ResponseStatus};
+use crate::steer::SteerPoint;
 
 /// Attribute names (GenAI semantic conventions v1.38.0, plus noetic's own).
 pub mod attr {
@@ -96,6 +107,47 @@ pub mod attr {
     pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
     /// `gen_ai.output.messages` (content capture only).
     pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+}
+
+/// The `tracing` target of the events that bump a counter (see the module docs).
+pub const METRICS_TARGET: &str = "noetic::metrics";
+
+/// noetic's own counters: their names, and the fields of the events that bump them.
+pub mod metric {
+    /// `noetic.turns.started` (`{turn}`): session turns started, by `gen_ai.agent.name`. Read from
+    /// the turn's `invoke_agent` span when it opens.
+    pub const TURNS_STARTED: &str = "noetic.turns.started";
+    /// `noetic.turns.ended` (`{turn}`): session turns ended, by `gen_ai.agent.name` and
+    /// [`TURN_OUTCOME`] (with `error.type` unless completed). Read from the turn's span when it
+    /// closes.
+    pub const TURNS_ENDED: &str = "noetic.turns.ended";
+    /// `noetic.steers.applied` (`{message}`): steering messages that joined a running turn, by
+    /// `gen_ai.agent.name` and [`STEER_POINT`].
+    pub const STEERS_APPLIED: &str = "noetic.steers.applied";
+    /// `noetic.approvals.requested` (`{call}`): tool calls that waited for a person's approval, by
+    /// `gen_ai.agent.name` and `gen_ai.tool.name`.
+    pub const APPROVALS_REQUESTED: &str = "noetic.approvals.requested";
+    /// `noetic.drains` (`{drain}`): graceful drains ended, by `gen_ai.agent.name` and
+    /// [`DRAIN_REASON`].
+    pub const DRAINS: &str = "noetic.drains";
+    /// `noetic.paid_calls.left_pending` (`{call}`): model calls whose round ended unpriced (cut by a
+    /// cancel, a steer or a broken stream), so their paid-call record stays pending for
+    /// reconciliation; by `gen_ai.request.model` and [`CALL_KIND`].
+    pub const PAID_CALLS_LEFT_PENDING: &str = "noetic.paid_calls.left_pending";
+
+    /// The event field naming the counter.
+    pub const NAME: &str = "metric";
+    /// The event field saying by how much (an int; 1 when absent).
+    pub const INCREMENT: &str = "increment";
+
+    /// `noetic.turn.outcome`: `completed`, `cancelled` or `failed`.
+    pub const TURN_OUTCOME: &str = "noetic.turn.outcome";
+    /// `noetic.steer.point`: `item_done`, `before_tool_call` or `before_round`.
+    pub const STEER_POINT: &str = "noetic.steer.point";
+    /// `noetic.drain.reason`: `settled`, `deadline` or `stopped`.
+    pub const DRAIN_REASON: &str = "noetic.drain.reason";
+    /// `noetic.call.kind`: `model_round` or `decide`.
+    pub const CALL_KIND: &str = "noetic.call.kind";
 }
 
 /// The variable that opts in to content capture (`true`), as GenAI instrumentations spell it.
@@ -321,4 +373,63 @@ pub(crate) fn record_response(span: &Span, response: &ModelResponse) {
 /// saturating, though no count comes near `i64::MAX`.
 fn int(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Counts `count` steering messages applied at `point` ([`metric::STEERS_APPLIED`]).
+pub(crate) fn steers_applied(agent: &str, count: usize, point: SteerPoint) {
+    let point = match point {
+        SteerPoint::ItemDone => "item_done",
+        SteerPoint::BeforeToolCall => "before_tool_call",
+        SteerPoint::BeforeRound => "before_round",
+    };
+    tracing::info!(
+        target: METRICS_TARGET,
+        metric = metric::STEERS_APPLIED,
+        increment = int(u64::try_from(count).unwrap_or(u64::MAX)),
+        gen_ai.agent.name = agent,
+        noetic.steer.point = point,
+        "steers applied"
+    );
+}
+
+/// Counts a tool call waiting for approval ([`metric::APPROVALS_REQUESTED`]).
+pub(crate) fn approval_requested(agent: &str, tool: &str) {
+    tracing::info!(
+        target: METRICS_TARGET,
+        metric = metric::APPROVALS_REQUESTED,
+        gen_ai.agent.name = agent,
+        gen_ai.tool.name = tool,
+        "approval requested"
+    );
+}
+
+/// Counts an ended drain by its reason ([`metric::DRAINS`]): for the drain's task
+/// (`context/drain.rs`) to call with the report it publishes.
+#[allow(
+    dead_code,
+    reason = "its call in context/drain.rs is placed with the drain's rewrite (issue 28)"
+)]
+pub(crate) fn drain_finished(agent: &str, report: &DrainReport) {
+    tracing::info!(
+        target: METRICS_TARGET,
+        metric = metric::DRAINS,
+        gen_ai.agent.name = agent,
+        noetic.drain.reason = report.reason.as_str(),
+        "drain finished"
+    );
+}
+
+/// Counts a paid call whose round ended unpriced ([`metric::PAID_CALLS_LEFT_PENDING`]).
+pub(crate) fn paid_call_left_pending(call: &PaidCall) {
+    let kind = match call.kind {
+        CallKind::ModelRound => "model_round",
+        CallKind::Decide => "decide",
+    };
+    tracing::info!(
+        target: METRICS_TARGET,
+        metric = metric::PAID_CALLS_LEFT_PENDING,
+        gen_ai.request.model = call.model.as_str(),
+        noetic.call.kind = kind,
+        "paid call left pending"
+    );
 }

@@ -1,6 +1,7 @@
-//! OTLP over gRPC (the `grpc` feature): spans reach a receiver speaking the gRPC `TraceService/Export`
-//! method over HTTP/2, from a tonic exporter built here directly and from one the `OTEL_*`
-//! environment configures (in a child process, so the test sets no variable in its own process).
+//! OTLP over gRPC (the `grpc` feature): spans (and metrics) reach a receiver speaking the gRPC
+//! `TraceService/Export` (and `MetricsService/Export`) method over HTTP/2, from a tonic exporter
+//! built here directly and from one the `OTEL_*` environment configures (in a child process, so the
+//! test sets no variable in its own process).
 //!
 //! Run with `cargo test -p noetic-otel --features grpc --test grpc` (CI does).
 #![cfg(feature = "grpc")]
@@ -9,7 +10,8 @@ use std::process::Command;
 
 use noetic_core::{AgentHarness, ContextOptions, call_model};
 use noetic_test_support::{
-    OtlpProtocol, OtlpReceiver, ReceivedSpan, ScriptedModel, ScriptedResponse,
+    AttributeValue, MetricData, OtlpProtocol, OtlpReceiver, ReceivedSpan, ScriptedModel,
+    ScriptedResponse,
 };
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -127,6 +129,9 @@ fn otel_exporter_otlp_protocol_grpc_exports_with_the_environment_s_endpoint_head
         .env("OTEL_SERVICE_NAME", "grpc-child")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+        .env_remove("OTEL_METRICS_EXPORTER")
         .env_remove("OTEL_RESOURCE_ATTRIBUTES")
         .output()
         .expect("child runs");
@@ -144,6 +149,19 @@ fn otel_exporter_otlp_protocol_grpc_exports_with_the_environment_s_endpoint_head
     assert_eq!(inner.parent_span_id, work.span_id);
     assert_eq!(work.resource_attr("service.name"), Some("grpc-child"));
     assert_eq!(receiver.protocols(), vec![OtlpProtocol::Grpc]);
+    // The metrics went the same way: the child's counter event, counted once.
+    assert_eq!(receiver.metric_protocols(), vec![OtlpProtocol::Grpc]);
+    let counted = receiver
+        .metric("noetic.child.events")
+        .expect("the child's counter");
+    assert!(
+        matches!(
+            &counted.data,
+            MetricData::Sum { points, .. }
+                if points.iter().map(|point| &point.value).eq([&AttributeValue::Int(1)])
+        ),
+        "{counted:?}"
+    );
     // The headers travel as gRPC metadata: the collector gets them, nothing else does.
     assert!(
         receiver
@@ -157,13 +175,18 @@ fn otel_exporter_otlp_protocol_grpc_exports_with_the_environment_s_endpoint_head
     }
 }
 
-/// The child side of the test above: `init()` from the environment, two spans, the guard's drop
-/// flushes them.
+/// The child side of the test above: `init()` from the environment, two spans and a counter
+/// event, the guard's drop flushes them.
 fn export_what_the_environment_configures() {
     let guard = noetic_otel::init().expect("grpc export from the environment");
     {
         let _work = tracing::info_span!("child work").entered();
         let _inner = tracing::info_span!("child inner").entered();
+        tracing::info!(
+            target: noetic_core::telemetry::METRICS_TARGET,
+            metric = "noetic.child.events",
+            "counted"
+        );
     }
     drop(guard);
 }

@@ -1,11 +1,14 @@
-//! The CLI exports its spans over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set: the test
-//! receiver (a real HTTP server decoding the protobuf) has every span before the process exits —
-//! after a success, a failure and a SIGTERM — and no secret is in any of them.
+//! The CLI exports its spans and metrics over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set:
+//! the test receiver (a real HTTP server decoding the protobuf) has every span and the metrics
+//! before the process exits — after a success, a failure and a SIGTERM — and no secret is in any of
+//! them.
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use noetic_test_support::{MockReply, MockServer, OtlpReceiver, ReceivedSpan};
+use noetic_test_support::{
+    AttributeValue, MetricData, MockReply, MockServer, OtlpReceiver, ReceivedMetric, ReceivedSpan,
+};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
@@ -29,8 +32,41 @@ fn exporting(receiver: &OtlpReceiver, arguments: Vec<String>) -> tokio::process:
         .env("NOETIC_TEST_KEY", KEY)
         .env_remove("OTEL_SERVICE_NAME")
         .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_METRICS_EXPORTER");
     command
+}
+
+fn metric(receiver: &OtlpReceiver, name: &str) -> ReceivedMetric {
+    receiver.metric(name).unwrap_or_else(|| {
+        panic!(
+            "{name} in {:?}",
+            receiver
+                .metrics()
+                .iter()
+                .map(|metric| &metric.name)
+                .collect::<Vec<_>>()
+        )
+    })
+}
+
+/// A counter's points: its attribute `key`'s value and its count.
+fn counts(metric: &ReceivedMetric, key: &str) -> Vec<(Option<AttributeValue>, AttributeValue)> {
+    match &metric.data {
+        MetricData::Sum {
+            monotonic: true,
+            points,
+        } => points
+            .iter()
+            .map(|point| (point.attr(key).cloned(), point.value.clone()))
+            .collect(),
+        other => panic!("{} is a counter: {other:?}", metric.name),
+    }
+}
+
+fn string(value: &str) -> Option<AttributeValue> {
+    Some(AttributeValue::String(value.to_owned()))
 }
 
 fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
@@ -96,6 +132,40 @@ async fn a_successful_run_exports_every_span_with_service_name_before_it_exits()
         .collect();
     inputs.sort_unstable();
     assert_eq!(inputs, ["10", "12"]);
+    for round in &rounds {
+        assert!(
+            matches!(
+                round.value("gen_ai.usage.input_tokens"),
+                Some(AttributeValue::Int(_))
+            ),
+            "{round:?}"
+        );
+    }
+    // The metrics went along: the same usage, summed by token type, and the turn.
+    let usage = metric(&receiver, "gen_ai.client.token.usage");
+    let MetricData::Histogram(points) = &usage.data else {
+        panic!("a histogram: {usage:?}");
+    };
+    let total = |token_type: &str| -> f64 {
+        points
+            .iter()
+            .filter(|point| point.attr("gen_ai.token.type") == string(token_type).as_ref())
+            .filter_map(|point| point.sum)
+            .sum()
+    };
+    assert_eq!((total("input"), total("output")), (22.0, 8.0), "{points:?}");
+    assert!(
+        receiver
+            .metric("gen_ai.client.operation.duration")
+            .is_some()
+    );
+    assert_eq!(
+        counts(
+            &metric(&receiver, "noetic.turns.ended"),
+            "noetic.turn.outcome"
+        ),
+        [(string("completed"), AttributeValue::Int(1))]
+    );
     assert_eq!(named(&spans, "execute_tool echo").len(), 1);
     assert_eq!(named(&spans, "step assistant").len(), 1);
     for span in &spans {
@@ -205,6 +275,21 @@ async fn a_run_stopped_by_sigterm_exports_the_cut_round_as_cancelled_and_exits_1
     assert_eq!(round[0].status_code, 2);
     assert_eq!(round[0].attr("error.type"), Some("CANCELLED"));
     assert_eq!(named(&spans, "invoke_agent noetic").len(), 1);
+    // The metrics were flushed on the way out too: the cut turn, and its round left unpriced.
+    assert_eq!(
+        counts(
+            &metric(&receiver, "noetic.turns.ended"),
+            "noetic.turn.outcome"
+        ),
+        [(string("cancelled"), AttributeValue::Int(1))]
+    );
+    assert_eq!(
+        counts(
+            &metric(&receiver, "noetic.paid_calls.left_pending"),
+            "gen_ai.request.model"
+        ),
+        [(string(MODEL), AttributeValue::Int(1))]
+    );
     assert_no_secret(&receiver);
 }
 

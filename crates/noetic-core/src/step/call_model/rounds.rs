@@ -507,6 +507,11 @@ impl RoundLoop<'_> {
             self.ctx.append_item(item.clone());
             self.conversation.push(item);
         }
+        crate::telemetry::steers_applied(
+            self.ctx.runtime().name(),
+            applied.message_ids.len(),
+            point,
+        );
         self.ctx.emit(FrameworkEvent::SteerApplied {
             message_ids: applied.message_ids,
             point,

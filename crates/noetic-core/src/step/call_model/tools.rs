@@ -235,6 +235,7 @@ async fn run_with_approvals(
             waits.push(None);
             continue;
         };
+        crate::telemetry::approval_requested(ctx.runtime().name(), &request.tool);
         // Announced only once it waits: whoever reads the event may decide at once.
         let event = emit.active(ctx).then(|| FrameworkEvent::ApprovalRequested {
             approval_id: request.approval_id.clone(),
