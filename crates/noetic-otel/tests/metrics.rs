@@ -1,13 +1,16 @@
-//! noetic's metrics as a collector receives them: three session turns on the Responses wire (a
-//! recorded stream reporting cached tokens, a tool call waiting for approval, a round cut by an
-//! abort) exported over OTLP/HTTP, decoded from the real `ExportMetricsServiceRequest`s.
+//! noetic's metrics as a collector receives them: session turns on the Responses wire (a recorded
+//! stream reporting cached tokens, a tool call waiting for approval, a round cut by an abort, a
+//! steer joining a running turn) exported over OTLP/HTTP, decoded from the real
+//! `ExportMetricsServiceRequest`s.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use std::sync::Arc;
+
 use noetic_core::{
-    AbortOptions, AgentHarness, CallModelDefaults, ExecuteOptions, FrameworkEvent, Scope,
-    StreamEvent, Tool, ToolContext, ToolError, call_model,
+    AbortOptions, AgentHarness, CallModelDefaults, DeliveryMode, ExecuteOptions, FrameworkEvent,
+    Scope, StreamEvent, Tool, ToolContext, ToolError, call_model,
 };
 use noetic_providers::{OpenResponses, RetryConfig};
 use noetic_test_support::{
@@ -77,8 +80,30 @@ fn turn_ended(event: &StreamEvent) -> Option<()> {
     .then_some(())
 }
 
-/// Runs the three turns under a subscriber exporting spans and metrics to `servers.receiver`,
-/// then shuts both exporters down.
+/// Runs `turns` on a current-thread runtime under a subscriber exporting spans and metrics to
+/// `receiver`, then shuts both exporters down.
+fn exporting<F: std::future::Future<Output = ()>>(receiver: &OtlpReceiver, turns: F) {
+    let endpoint = receiver.endpoint();
+    let spans = noetic_otel::exporter_to(&format!("{endpoint}/v1/traces")).expect("span exporter");
+    let metrics =
+        noetic_otel::metric_exporter_to(&format!("{endpoint}/v1/metrics")).expect("exporter");
+    let (span_layer, span_guard) = noetic_otel::layer_with_exporter(spans);
+    let (metrics_layer, metrics_guard) = noetic_otel::metrics_layer_with_exporter(metrics);
+    let guard = span_guard.join(metrics_guard);
+    let subscriber = tracing_subscriber::registry()
+        .with(span_layer)
+        .with(metrics_layer);
+    tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(turns);
+    });
+    guard.shutdown().expect("spans and metrics exported");
+}
+
+/// Runs the three turns, exporting to `servers.receiver`.
 fn run_three_turns(servers: &Servers) {
     let provider_server = &servers.provider;
     provider_server.push(MockReply::fixture(
@@ -98,73 +123,55 @@ fn run_three_turns(servers: &Servers) {
         .build()
         .expect("provider");
 
-    let endpoint = servers.receiver.endpoint();
-    let spans = noetic_otel::exporter_to(&format!("{endpoint}/v1/traces")).expect("span exporter");
-    let metrics =
-        noetic_otel::metric_exporter_to(&format!("{endpoint}/v1/metrics")).expect("exporter");
-    let (span_layer, span_guard) = noetic_otel::layer_with_exporter(spans);
-    let (metrics_layer, metrics_guard) = noetic_otel::metrics_layer_with_exporter(metrics);
-    let guard = span_guard.join(metrics_guard);
-    let subscriber = tracing_subscriber::registry()
-        .with(span_layer)
-        .with(metrics_layer);
-
-    tracing::subscriber::with_default(subscriber, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+    exporting(&servers.receiver, async {
+        let echo = Tool::new(
+            "echo",
+            "Echoes",
+            |args: Value, _ctx: ToolContext| async move { Ok::<_, ToolError>(args) },
+        )
+        .needs_approval(true);
+        let harness = AgentHarness::builder("metered")
+            .provider("wire", provider)
+            .call_model_defaults(CallModelDefaults::default().provider("wire"))
+            .agent_graph(call_model("ask").model("gpt-x").tool(echo).build())
             .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let echo = Tool::new(
-                "echo",
-                "Echoes",
-                |args: Value, _ctx: ToolContext| async move { Ok::<_, ToolError>(args) },
-            )
-            .needs_approval(true);
-            let harness = AgentHarness::builder("metered")
-                .provider("wire", provider)
-                .call_model_defaults(CallModelDefaults::default().provider("wire"))
-                .agent_graph(call_model("ask").model("gpt-x").tool(echo).build())
-                .build()
-                .expect("harness");
-            let mut events = harness.events(Scope::default());
+            .expect("harness");
+        let mut events = harness.events(Scope::default());
 
-            harness
-                .execute("What is the weather?", ExecuteOptions::default())
-                .await
-                .expect("queued");
-            until(&mut events, "the first turn's end", turn_ended).await;
+        harness
+            .execute("What is the weather?", ExecuteOptions::default())
+            .await
+            .expect("queued");
+        until(&mut events, "the first turn's end", turn_ended).await;
 
-            harness
-                .execute("Echo hi", ExecuteOptions::default())
-                .await
-                .expect("queued");
-            let approval = until(&mut events, "the approval request", |event| match event {
-                StreamEvent::Framework(FrameworkEvent::ApprovalRequested {
-                    approval_id, ..
-                }) => Some(approval_id.clone()),
-                _ => None,
-            })
-            .await;
-            harness
-                .approve("__default__", &approval)
-                .await
-                .expect("approved");
-            until(&mut events, "the second turn's end", turn_ended).await;
+        harness
+            .execute("Echo hi", ExecuteOptions::default())
+            .await
+            .expect("queued");
+        let approval = until(&mut events, "the approval request", |event| match event {
+            StreamEvent::Framework(FrameworkEvent::ApprovalRequested { approval_id, .. }) => {
+                Some(approval_id.clone())
+            }
+            _ => None,
+        })
+        .await;
+        harness
+            .approve("__default__", &approval)
+            .await
+            .expect("approved");
+        until(&mut events, "the second turn's end", turn_ended).await;
 
-            harness
-                .execute("Tell me a story", ExecuteOptions::default())
-                .await
-                .expect("queued");
-            until(&mut events, "the story's first stream event", |event| {
-                matches!(event, StreamEvent::Sdk(_)).then_some(())
-            })
-            .await;
-            harness.abort(AbortOptions::default()).await;
-            until(&mut events, "the aborted turn's end", turn_ended).await;
-        });
+        harness
+            .execute("Tell me a story", ExecuteOptions::default())
+            .await
+            .expect("queued");
+        until(&mut events, "the story's first stream event", |event| {
+            matches!(event, StreamEvent::Sdk(_)).then_some(())
+        })
+        .await;
+        harness.abort(AbortOptions::default()).await;
+        until(&mut events, "the aborted turn's end", turn_ended).await;
     });
-    guard.shutdown().expect("spans and metrics exported");
 }
 
 fn metric(receiver: &OtlpReceiver, name: &str) -> ReceivedMetric {
@@ -335,5 +342,82 @@ fn token_usage_durations_and_counters_reach_an_otlp_receiver_as_the_mock_reporte
             .filter(|span| span.name == "chat gpt-x")
             .count(),
         4
+    );
+}
+
+#[test]
+fn a_steer_joining_a_running_turn_is_counted_where_it_was_applied() {
+    let servers = Servers::start();
+    servers
+        .provider
+        .push(MockReply::function_call("call_1", "wait", &json!({})));
+    servers.provider.push(MockReply::answer("done"));
+    let provider = OpenResponses::builder(servers.provider.base_url())
+        .api_key("sk-metered")
+        .retry(RetryConfig::none())
+        .build()
+        .expect("provider");
+    // The tool holds the turn between its two rounds until the steer is queued.
+    let queued = Arc::new(tokio::sync::Notify::new());
+    let release = queued.clone();
+    let wait = Tool::new("wait", "Waits", move |_args: Value, _ctx: ToolContext| {
+        let release = release.clone();
+        async move {
+            release.notified().await;
+            Ok::<_, ToolError>(json!("waited"))
+        }
+    });
+    exporting(&servers.receiver, async {
+        let harness = AgentHarness::builder("steered")
+            .provider("wire", provider)
+            .call_model_defaults(CallModelDefaults::default().provider("wire"))
+            .agent_graph(call_model("ask").model("gpt-x").tool(wait).build())
+            .build()
+            .expect("harness");
+        let mut events = harness.events(Scope::default());
+        harness
+            .execute("Wait, then answer", ExecuteOptions::default())
+            .await
+            .expect("queued");
+        until(&mut events, "the tool call", |event| {
+            matches!(
+                event,
+                StreamEvent::Framework(FrameworkEvent::ToolCallStarted { .. })
+            )
+            .then_some(())
+        })
+        .await;
+        harness
+            .execute(
+                "Answer in French",
+                ExecuteOptions::new().delivery_mode(DeliveryMode::BetweenRounds),
+            )
+            .await
+            .expect("queued");
+        queued.notify_one();
+        let point = until(
+            &mut events,
+            "the steer's application",
+            |event| match event {
+                StreamEvent::Framework(FrameworkEvent::SteerApplied { point, .. }) => Some(*point),
+                _ => None,
+            },
+        )
+        .await;
+        assert_eq!(point, noetic_core::SteerPoint::BeforeRound);
+        until(&mut events, "the turn's end", turn_ended).await;
+    });
+    let steers = metric(&servers.receiver, "noetic.steers.applied");
+    assert_eq!(steers.unit, "{message}");
+    let points = counter(&steers);
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0].value, AttributeValue::Int(1));
+    assert_eq!(
+        points[0].attr("noetic.steer.point"),
+        Some(&string("before_round"))
+    );
+    assert_eq!(
+        points[0].attr("gen_ai.agent.name"),
+        Some(&string("steered"))
     );
 }
