@@ -5,6 +5,8 @@
 //! - `cargo xtask codegen [--check]` regenerates `docs/errors.md` from the crates' `CODES` tables, or
 //!   only checks that it is up to date.
 //! - `cargo xtask bench [ARGS]...` runs `cargo bench --workspace ARGS...`.
+//! - `cargo xtask soak-fleet [RUNS] [-- FILTER]` runs the PostgreSQL fleet test RUNS times in a row
+//!   (200 by default), each bounded, stopping at the first failure or hang.
 //!
 //! The tidy checks (every source file has a module doc) and the `docs/errors.md` freshness check run
 //! under `cargo test -p xtask`, so `cargo test --workspace` covers them too.
@@ -16,6 +18,7 @@ mod ci;
 mod codegen;
 mod codes;
 mod command;
+mod soak;
 #[cfg(test)]
 mod tidy;
 
@@ -36,6 +39,9 @@ commands:
   codegen            regenerate docs/errors.md from the crates' error code tables
   codegen --check    fail when docs/errors.md is stale
   bench [ARGS]...    run `cargo bench --workspace ARGS...` (e.g. `cargo xtask bench -- <filter>`)
+  soak-fleet [RUNS] [-- FILTER]
+                     run the PostgreSQL fleet test RUNS times (default 200), each at most 300 s,
+                     stopping at the first failure or hang (FILTER: a test name part)
   help               print this message";
 
 fn main() -> ExitCode {
@@ -61,12 +67,33 @@ fn run(args: &[String]) -> Result {
         ("codegen", []) => codegen::write(root),
         ("codegen", [flag]) if flag == "--check" => codegen::check(root),
         ("bench", extra) => bench::run(root, extra),
+        ("soak-fleet", rest) => {
+            let (runs, filter) = soak_args(rest)?;
+            soak::run(root, runs, filter)
+        }
         ("help" | "-h" | "--help", _) => {
             println!("{USAGE}");
             Ok(())
         }
         _ => Err(format!("unknown arguments: {}\n\n{USAGE}", args.join(" ")).into()),
     }
+}
+
+/// `[RUNS] [-- FILTER]` of `soak-fleet`.
+fn soak_args(args: &[String]) -> Result<(u32, Option<&str>)> {
+    let (runs, filter) = match args.iter().position(|arg| arg == "--") {
+        Some(at) => (&args[..at], args.get(at + 1).map(String::as_str)),
+        None => (args, None),
+    };
+    let runs =
+        match runs {
+            [] => soak::DEFAULT_RUNS,
+            [count] => count.parse().ok().filter(|runs| *runs > 0).ok_or_else(|| {
+                format!("RUNS must be a positive number, not `{count}`\n\n{USAGE}")
+            })?,
+            _ => return Err(format!("unknown arguments: {}\n\n{USAGE}", args.join(" ")).into()),
+        };
+    Ok((runs, filter))
 }
 
 /// The workspace root: the parent of this crate's manifest directory.

@@ -4,6 +4,11 @@
 //!
 //! `harness = false`: the binary is the test runner (no env var) and the worker
 //! (`NOETIC_FLEET_WORKER`). It answers `--list` and a name filter as libtest does.
+//!
+//! Every wait is bounded and fails naming what it waited for: each database call and each read of
+//! the workers' lines has its own limit, and each test as a whole has [`TEST_LIMIT`].
+//! `cargo xtask soak-fleet [RUNS]` runs this binary in a loop (200 runs by default) to find a rare
+//! hang.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,10 +20,21 @@ use std::time::Duration;
 use noetic_core::{AgentHarness, ExecuteOptions, Item, Role};
 use noetic_test_support::MockServer;
 use noetic_test_support::postgres::{TestDatabase, print_skip, test_database};
-use support::{Worker, WorkerConfig, claimed, front, let_go, respond, thread_of, until_event};
+use support::{
+    Worker, WorkerConfig, claimed, front, let_go, respond, thread_of, until_event, within,
+};
 use tokio::sync::mpsc;
 
 type Test = fn(TestDatabase) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// How long one test may take in all (one takes 4–7 s on the 2-core machine).
+const TEST_LIMIT: Duration = Duration::from_secs(180);
+
+/// How long one database call (connect, a commit, a read) may take.
+const DB_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long the threads of the first test may take to settle once every message is accepted.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
 const TESTS: &[(&str, Test)] = &[
     (
@@ -60,8 +76,15 @@ fn main() {
             continue;
         }
         runtime.block_on(async {
-            match test_database().await {
-                Some(db) => test(db).await,
+            match within("a test database", DB_LIMIT, test_database()).await {
+                Some(db) => {
+                    within(
+                        &format!("the test `{name}` to finish"),
+                        TEST_LIMIT,
+                        test(db),
+                    )
+                    .await
+                }
                 None => print_skip(name),
             }
         });
@@ -83,10 +106,21 @@ fn texts_of(items: &[Item], role: Role) -> Vec<String> {
         .collect()
 }
 
+/// A thread as `host` reads it from the store.
+async fn stored(host: &AgentHarness, thread: &str) -> Option<noetic_core::StoredThread> {
+    within(
+        &format!("reading thread {thread}"),
+        DB_LIMIT,
+        host.stored_thread(thread),
+    )
+    .await
+    .unwrap()
+}
+
 /// Whether every thread in `threads` has settled all `expected` messages.
 async fn all_settled(host: &AgentHarness, threads: &BTreeMap<String, Vec<String>>) -> bool {
     for (thread, sent) in threads {
-        let Some(stored) = host.stored_thread(thread).await.unwrap() else {
+        let Some(stored) = stored(host, thread).await else {
             return false;
         };
         if stored.accepted != sent.len() as u64
@@ -110,51 +144,70 @@ async fn once_in_order(db: TestDatabase) {
         .collect();
     // Three accepting hosts besides the workers.
     let fronts = [
-        front(db.url()).await,
-        front(db.url()).await,
-        front(db.url()).await,
+        within("a front host connecting", DB_LIMIT, front(db.url())).await,
+        within("a front host connecting", DB_LIMIT, front(db.url())).await,
+        within("a front host connecting", DB_LIMIT, front(db.url())).await,
     ];
     let mut threads: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for round in 0..6 {
         for thread in 0..8 {
             let thread = format!("T{thread}");
             let text = format!("{thread} m{round}");
-            fronts[(round + thread.len()) % 3]
-                .execute(text.as_str(), on(&thread))
-                .await
-                .unwrap();
+            within(
+                &format!("accepting `{text}`"),
+                DB_LIMIT,
+                fronts[(round + thread.len()) % 3].execute(text.as_str(), on(&thread)),
+            )
+            .await
+            .unwrap();
             threads.entry(thread).or_default().push(text);
         }
     }
-    // Every let-go is a moment a thread may have settled: look then.
+    // Every let-go is a moment a thread may have settled: look then. Bounded twice: 60 s from one
+    // let-go to the next, and SETTLE_LIMIT in all (threads let go over and over without settling
+    // would otherwise loop for ever).
     let mut log = Vec::new();
+    let deadline = tokio::time::Instant::now() + SETTLE_LIMIT;
     while !all_settled(&fronts[0], &threads).await {
-        let next = tokio::time::timeout(Duration::from_secs(60), async {
-            loop {
-                let event = seen.recv().await.unwrap();
-                let done = event.1.contains("thread let go");
-                log.push(event);
-                if done {
-                    return;
+        let next = tokio::time::timeout_at(
+            deadline.min(tokio::time::Instant::now() + Duration::from_secs(60)),
+            async {
+                loop {
+                    let event = seen
+                        .recv()
+                        .await
+                        .expect("the workers' lines end with the test");
+                    let done = event.1.contains("thread let go");
+                    log.push(event);
+                    if done {
+                        return;
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
         if next.is_err() {
             let mut state = Vec::new();
             for thread in threads.keys() {
-                state.push(format!("{:?}", fronts[0].stored_thread(thread).await));
+                state.push(format!("{:?}", stored(&fronts[0], thread).await));
             }
-            let marks = noetic_core::DurableStore::runnable(&support::store(db.url()).await, "")
-                .await
-                .unwrap();
+            let marks = within("the runnable marks", DB_LIMIT, async {
+                let store = support::store(db.url()).await;
+                noetic_core::DurableStore::runnable(&store, "").await
+            })
+            .await
+            .unwrap();
             panic!(
-                "not every thread settled within 60 s of the last let-go\nthreads: {state:#?}\n\
-                 marks: {marks:?}\nworker lines: {log:#?}"
+                "not every thread settled (60 s without a let-go, or {SETTLE_LIMIT:?} in all)\n\
+                 threads: {state:#?}\nmarks: {marks:?}\nworker lines: {log:#?}"
             );
         }
     }
 
+    // The lines the workers wrote after the last let-go the loop read.
+    while let Ok(event) = seen.try_recv() {
+        log.push(event);
+    }
     let requests = mock.requests();
     let mut chains: BTreeMap<String, usize> = BTreeMap::new();
     for request in &requests {
@@ -162,15 +215,29 @@ async fn once_in_order(db: TestDatabase) {
         let turn = chains.entry(thread.clone()).or_default();
         // One request per turn (text answers), so a thread's n-th request must carry n answers:
         // two turns of one thread at once would send two requests with the same history.
-        assert_eq!(
-            support::answers_in(&request.body),
-            *turn,
-            "thread {thread}: request {turn} did not carry every earlier answer"
-        );
+        let carried = support::answers_in(&request.body);
+        if carried != *turn {
+            let sent: Vec<usize> = requests
+                .iter()
+                .filter(|other| thread_of(other) == thread)
+                .map(|other| support::answers_in(&other.body))
+                .collect();
+            let lines: Vec<&(String, String)> = log
+                .iter()
+                .filter(|(_, line)| {
+                    line.contains(&format!("thread_id={thread} ")) || line.contains("LEASE")
+                })
+                .collect();
+            panic!(
+                "thread {thread}: request {turn} carried {carried} earlier answers, not {turn}\n\
+                 answers carried by each of its requests, in order: {sent:?}\n\
+                 worker lines about it (and every lease error): {lines:#?}"
+            );
+        }
         *turn += 1;
     }
     for (thread, sent) in &threads {
-        let stored = fronts[1].stored_thread(thread).await.unwrap().unwrap();
+        let stored = stored(&fronts[1], thread).await.unwrap();
         assert_eq!(
             &texts_of(&stored.history, Role::User),
             sent,
@@ -196,8 +263,14 @@ async fn killed_mid_turn(db: TestDatabase) {
     let mut config = WorkerConfig::new(db.url(), &mock.base_url());
     config.hang = Some(("doomed".to_owned(), "forever".to_owned()));
     let doomed = Worker::start("doomed", &config, &events);
-    let host = front(db.url()).await;
-    host.execute("K hang on", on("K")).await.unwrap();
+    let host = within("the front host connecting", DB_LIMIT, front(db.url())).await;
+    within(
+        "accepting `K hang on`",
+        DB_LIMIT,
+        host.execute("K hang on", on("K")),
+    )
+    .await
+    .unwrap();
     // Round 1 (the tool call) is recorded; the call is in flight in the doomed worker.
     until_event(
         &mut seen,
@@ -241,7 +314,7 @@ async fn killed_mid_turn(db: TestDatabase) {
         support::tool_outputs(&requests[1].body),
         ["looked up K hang on"]
     );
-    let stored = host.stored_thread("K").await.unwrap().unwrap();
+    let stored = stored(&host, "K").await.unwrap();
     assert_eq!(stored.pending, 0);
     assert_eq!(
         texts_of(&stored.history, Role::Assistant),
@@ -251,6 +324,10 @@ async fn killed_mid_turn(db: TestDatabase) {
 
 /// Every row of the store's tables, by a digest of its value: what "nothing appended" compares.
 async fn dump(db: &TestDatabase) -> Vec<String> {
+    within("a dump of every row", DB_LIMIT, dump_rows(db)).await
+}
+
+async fn dump_rows(db: &TestDatabase) -> Vec<String> {
     let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
     let rows: Vec<(String,)> = sqlx::query_as(
         "SELECT 'r ' || key || ' ' || md5(value) FROM records \
@@ -277,8 +354,14 @@ async fn paused_past_ttl(db: TestDatabase) {
     // write comes after another worker has taken over.
     config.hang = Some(("sleeper".to_owned(), "2500".to_owned()));
     let sleeper = Worker::start("sleeper", &config, &events);
-    let host = front(db.url()).await;
-    host.execute("P hang on", on("P")).await.unwrap();
+    let host = within("the front host connecting", DB_LIMIT, front(db.url())).await;
+    within(
+        "accepting `P hang on`",
+        DB_LIMIT,
+        host.execute("P hang on", on("P")),
+    )
+    .await
+    .unwrap();
     until_event(
         &mut seen,
         Duration::from_secs(30),
@@ -334,7 +417,7 @@ async fn paused_past_ttl(db: TestDatabase) {
         .filter(|r| thread_of(r) == "P")
         .collect();
     assert_eq!(requests.len(), 2, "the sleeper never asked for round 2");
-    let stored = host.stored_thread("P").await.unwrap().unwrap();
+    let stored = stored(&host, "P").await.unwrap();
     assert_eq!(
         texts_of(&stored.history, Role::Assistant),
         ["found: looked up P hang on"]

@@ -112,6 +112,19 @@ impl Drop for Worker {
     }
 }
 
+/// Awaits `future` for at most `limit`, panicking with `what` it waited for: every wait of the fleet
+/// tests is bounded, so a hang fails naming what never came.
+pub async fn within<T>(
+    what: &str,
+    limit: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
+
 /// Reads fleet events until `done` says so (at most `timeout`); returns every line read, in order.
 pub async fn until_event(
     events: &mut mpsc::UnboundedReceiver<(String, String)>,
