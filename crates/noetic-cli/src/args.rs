@@ -51,6 +51,8 @@ options:
   --drain-ms N              (run, chat) on SIGTERM or SIGINT, let model rounds in flight finish for up to
                             N ms before stopping (a second signal stops at once); prints
                             `drain: {json}` on stderr; exit 128 + the signal's number either way
+  --otlp-endpoint URL       export spans and metrics over OTLP to the collector at URL (its base URL,
+                            as OTEL_EXPORTER_OTLP_ENDPOINT; the other OTEL_* variables still apply)
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
                             ({\"command\":\"abort\",\"drainMs\":N} drains the running turn first)
 
@@ -109,6 +111,8 @@ pub(crate) struct Options {
     pub(crate) needs_approval: Vec<String>,
     /// `--approve-all`.
     pub(crate) approve_all: bool,
+    /// `--otlp-endpoint URL`: the collector spans and metrics are exported to.
+    pub(crate) otlp_endpoint: Option<String>,
 }
 
 /// Parses the arguments (without the program name).
@@ -243,6 +247,15 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                     .map_err(|_| format!("--drain-ms must be a whole number, not `{raw}`"))?;
                 options.drain = Some(Duration::from_millis(millis));
             }
+            "--otlp-endpoint" => {
+                let url = value("--otlp-endpoint")?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!(
+                        "--otlp-endpoint must be an http:// or https:// URL, not `{url}`"
+                    ));
+                }
+                options.otlp_endpoint = Some(url);
+            }
             flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
             _ => positional.push(arg.clone()),
         }
@@ -305,6 +318,22 @@ mod tests {
 
     fn args(line: &str) -> Vec<String> {
         line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn otlp_endpoint_takes_an_http_url_only() {
+        let (_, options) =
+            parse(&args("run flow.json --otlp-endpoint http://collector:4318")).unwrap();
+        assert_eq!(
+            options.otlp_endpoint.as_deref(),
+            Some("http://collector:4318")
+        );
+        let error = parse(&args("run flow.json --otlp-endpoint collector:4318")).unwrap_err();
+        assert!(
+            error.contains("--otlp-endpoint must be an http://"),
+            "{error}"
+        );
+        assert!(parse(&args("run flow.json --otlp-endpoint")).is_err());
     }
 
     #[test]

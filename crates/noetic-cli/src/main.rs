@@ -13,9 +13,9 @@
 //! pointer); 1 runtime failure, printed as `error[CODE]: message`; 128 + N when `run` was stopped by
 //! signal N (143 for SIGTERM, 130 for SIGINT; see `--drain-ms`).
 //!
-//! With `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces or metrics endpoint) set, the command's spans
-//! and metrics are exported over OTLP/HTTP (`noetic-otel`) and flushed before it exits
-//! (`OTEL_METRICS_EXPORTER=none`: spans only).
+//! With `--otlp-endpoint URL` or `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces or metrics endpoint)
+//! set, the command's spans and metrics are exported over OTLP/HTTP (`noetic-otel`) and flushed
+//! before it exits (`OTEL_METRICS_EXPORTER=none`: spans only).
 
 mod args;
 mod chat;
@@ -65,16 +65,17 @@ fn main() -> ExitCode {
     // With an OTLP endpoint in the environment, every span of the command and its metrics are
     // exported, and flushed (bounded) before the process exits, whatever the outcome (a signal
     // included: `run` and `chat` return then, and the guard is shut down below).
-    let otel = if noetic_otel::configured() {
-        match noetic_otel::init() {
-            Ok(guard) => Some(guard),
-            Err(error) => {
-                eprintln!("error[{}]: {error}", error.code());
-                return ExitCode::from(2);
-            }
+    let otel = match &options.otlp_endpoint {
+        Some(endpoint) => Some(noetic_otel::init_with_endpoint(endpoint)),
+        None if noetic_otel::configured() => Some(noetic_otel::init()),
+        None => None,
+    };
+    let otel = match otel.transpose() {
+        Ok(guard) => guard,
+        Err(error) => {
+            eprintln!("error[{}]: {error}", error.code());
+            return ExitCode::from(2);
         }
-    } else {
-        None
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -265,16 +265,29 @@ pub fn resource() -> Resource {
 /// [`OtelError::UnsupportedProtocol`] for a protocol this build does not export;
 /// [`OtelError::Exporter`] when it cannot be built.
 pub fn exporter_from_env() -> Result<SpanExporter, OtelError> {
+    span_exporter(None)
+}
+
+/// The span exporter of the environment's protocol, sending to `base` (a collector's base URL)
+/// when given, else where the environment says.
+fn span_exporter(base: Option<&str>) -> Result<SpanExporter, OtelError> {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
     // Endpoint, headers and timeout are read from the environment by the builders.
     match protocol.trim() {
-        "" | "http/protobuf" => http_exporter(None),
+        "" | "http/protobuf" => {
+            http_exporter(base.map(|base| signal_url(base, "traces")).as_deref())
+        }
         #[cfg(feature = "grpc")]
-        "grpc" => grpc::exporter(None),
+        "grpc" => grpc::exporter(base),
         other => Err(OtelError::UnsupportedProtocol(other.to_owned())),
     }
+}
+
+/// The OTLP/HTTP URL of `signal` (`traces`, `metrics`) at the collector's base URL.
+fn signal_url(base: &str, signal: &str) -> String {
+    format!("{}/v1/{signal}", base.trim_end_matches('/'))
 }
 
 /// The OTLP metric exporter the environment describes, as [`exporter_from_env`] (with the
@@ -283,13 +296,20 @@ pub fn exporter_from_env() -> Result<SpanExporter, OtelError> {
 /// # Errors
 /// As [`exporter_from_env`].
 pub fn metric_exporter_from_env() -> Result<MetricExporter, OtelError> {
+    metric_exporter(None)
+}
+
+/// The metric exporter of the environment's protocol, sending to `base` when given.
+fn metric_exporter(base: Option<&str>) -> Result<MetricExporter, OtelError> {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
     match protocol.trim() {
-        "" | "http/protobuf" => http_metric_exporter(None),
+        "" | "http/protobuf" => {
+            http_metric_exporter(base.map(|base| signal_url(base, "metrics")).as_deref())
+        }
         #[cfg(feature = "grpc")]
-        "grpc" => grpc::metric_exporter(None),
+        "grpc" => grpc::metric_exporter(base),
         other => Err(OtelError::UnsupportedProtocol(other.to_owned())),
     }
 }
@@ -500,12 +520,27 @@ where
 /// [`OtelError::UnsupportedExporter`] for an `OTEL_METRICS_EXPORTER` other than `otlp` or `none`;
 /// [`OtelError::SubscriberSet`] when a global subscriber exists.
 pub fn init() -> Result<OtelGuard, OtelError> {
+    install(None)
+}
+
+/// As [`init`], exporting to the collector at `endpoint` (its base URL, as
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` would give it: `/v1/traces` and `/v1/metrics` are appended over
+/// HTTP; over gRPC it is the collector's address) whatever endpoints the environment names;
+/// protocol, headers and timeout still come from the environment.
+///
+/// # Errors
+/// As [`init`].
+pub fn init_with_endpoint(endpoint: &str) -> Result<OtelGuard, OtelError> {
+    install(Some(endpoint))
+}
+
+fn install(endpoint: Option<&str>) -> Result<OtelGuard, OtelError> {
     let metrics = if metrics_wanted()? {
-        Some(metrics_layer()?)
+        Some(metrics_layer_with_exporter(metric_exporter(endpoint)?))
     } else {
         None
     };
-    let (layer, guard) = layer()?;
+    let (layer, guard) = layer_with_exporter(span_exporter(endpoint)?);
     let (metrics, guard) = match metrics {
         Some((metrics, metrics_guard)) => (Some(metrics), guard.join(metrics_guard)),
         None => (None, guard),

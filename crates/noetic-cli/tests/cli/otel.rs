@@ -181,6 +181,56 @@ async fn a_successful_run_exports_every_span_with_service_name_before_it_exits()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn otlp_endpoint_exports_spans_and_metrics_with_no_otel_environment() {
+    let receiver = OtlpReceiver::start().await;
+    let server = MockServer::start().await;
+    server.push(text_reply("pong"));
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let mut command = noetic(args(
+        &[
+            "run",
+            &flow,
+            "Say ping",
+            "--otlp-endpoint",
+            &receiver.endpoint(),
+        ],
+        &mock_options(&server),
+    ));
+    for name in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+    ] {
+        command.env_remove(name);
+    }
+    let finished = finished(command.stdin(Stdio::null()).spawn().unwrap()).await;
+    finished.assert_code(0);
+    assert_eq!(finished.stdout, "pong\n");
+    let spans = receiver.spans();
+    assert_eq!(
+        named(&spans, &format!("chat {MODEL}")).len(),
+        1,
+        "{spans:?}"
+    );
+    let usage = metric(&receiver, "gen_ai.client.token.usage");
+    let MetricData::Histogram(points) = &usage.data else {
+        panic!("a histogram: {usage:?}");
+    };
+    let input: Vec<Option<f64>> = points
+        .iter()
+        .filter(|point| point.attr("gen_ai.token.type") == string("input").as_ref())
+        .map(|point| point.sum)
+        .collect();
+    assert_eq!(input, [Some(12.0)]);
+    assert_eq!(receiver.rejected(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failed_run_exports_its_error_spans_before_it_exits_1() {
     let receiver = OtlpReceiver::start().await;
     let server = MockServer::start().await;
