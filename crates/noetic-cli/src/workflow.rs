@@ -15,11 +15,43 @@ use crate::provider::{Chosen, choose};
 use crate::tools::builtins;
 
 /// A harness running a workflow, and the provider it owns (the demo server lives as long as this), and
-/// the MCP servers it started (their process groups are killed when this drops).
+/// the MCP servers it started (shut down when this drops: see [`MCP_SHUTDOWN`]).
 pub(crate) struct Setup {
     pub(crate) harness: AgentHarness,
     _demo: Option<noetic_providers::DemoModel>,
-    _mcp: Vec<McpServer>,
+    mcp: Vec<McpServer>,
+}
+
+/// How long the CLI gives its MCP servers to end when it is done with them, on every way out (an
+/// answer, an error, a signal): first the `notifications/cancelled` of calls a stop dropped are
+/// written (at most [`noetic_mcp::CANCEL_SEND_TIMEOUT`]), then each connection is closed (a stdio
+/// server's stdin, an HTTP session deleted). A server still running after this is killed with its
+/// process group.
+const MCP_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let servers = std::mem::take(&mut self.mcp);
+        if servers.is_empty() {
+            return;
+        }
+        // Waiting is needed here, in a drop: every command's exit path (`?`, a signal) passes by it.
+        // The CLI's runtime is multi-threaded, where blocking in place is allowed; elsewhere the
+        // servers are only killed (when `servers` drops).
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return;
+        }
+        tokio::task::block_in_place(|| {
+            runtime.block_on(async {
+                let shutdowns =
+                    futures_util::future::join_all(servers.iter().map(McpServer::shutdown));
+                let _ = tokio::time::timeout(MCP_SHUTDOWN, shutdowns).await;
+            });
+        });
+    }
 }
 
 /// The MCP servers of a run: `--mcp` ones (offered to every model call) and the document's declared
@@ -279,7 +311,7 @@ pub(crate) async fn setup_document(
     Ok(Setup {
         harness,
         _demo,
-        _mcp: servers,
+        mcp: servers,
     })
 }
 

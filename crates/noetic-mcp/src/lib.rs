@@ -12,7 +12,10 @@
 //! A call's structured content (when present) or text is the function call's output; an MCP error, a
 //! timeout ([`McpServerBuilder::call_timeout`], 60 s by default), a dead server or an `isError`
 //! result is the call's error output, which the model sees — no tool failure fails the step. A call
-//! whose run is cancelled sends the server `notifications/cancelled`.
+//! whose run is cancelled (its future dropped: an abort, a cancelled context) or that timed out sends
+//! the server `notifications/cancelled` for its request id, from a task of its own;
+//! [`McpServer::shutdown`] waits for those (at most [`CANCEL_SEND_TIMEOUT`]) before it closes the
+//! connection, so a stop followed at once by a shutdown still tells the server what to stop.
 //!
 //! The tool list is cached and refreshed when the server sends `notifications/tools/list_changed`
 //! (or on [`McpServer::refresh`]); pagination is followed to the end.
@@ -45,6 +48,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cancel;
 mod command;
 mod error;
 mod stdio;
@@ -59,6 +63,7 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt as _};
 use tokio::sync::{Notify, watch};
 
+pub use cancel::CANCEL_SEND_TIMEOUT;
 pub use command::{DEFAULT_ENV, McpCommand};
 pub use error::{CODES, McpError};
 use tools::{CallTarget, Snapshot, ToolFilter};
@@ -206,6 +211,7 @@ impl McpServerBuilder {
             server: Arc::from(self.name.as_str()),
             peer: service.peer().clone(),
             timeout: self.call_timeout,
+            cancels: cancel::Cancels::default(),
         };
         let (changes, _) = watch::channel(0);
         let inner = Arc::new(Inner {
@@ -442,6 +448,11 @@ impl McpServer {
     ///
     /// # Errors
     /// The call's error output, as a [`ToolError`].
+    ///
+    /// # Cancel safety
+    /// Dropping it once the request was sent sends the server `notifications/cancelled` for it (from
+    /// a task of its own, which [`McpServer::shutdown`] waits for); the server may have run the tool
+    /// already, or part of it.
     pub async fn call_tool(
         &self,
         tool: &str,
@@ -460,10 +471,17 @@ impl McpServer {
         !self.inner.target.peer.is_transport_closed()
     }
 
-    /// Ends the session: a stdio server's stdin is closed, then it gets SIGTERM, then SIGKILL (a few
-    /// seconds each), and whatever is left of its process group is killed; an HTTP session is
-    /// deleted. Idempotent.
+    /// Ends the session: first the `notifications/cancelled` of calls just dropped are written (at
+    /// most [`CANCEL_SEND_TIMEOUT`]); then a stdio server's stdin is closed, then it gets SIGTERM,
+    /// then SIGKILL (a few seconds each), and whatever is left of its process group is killed; an
+    /// HTTP session is deleted. Idempotent.
+    ///
+    /// # Cancel safety
+    /// Dropping it part way leaves the server to the drop of the last clone (the session dropped, a
+    /// stdio server's process group killed); a cancellation not yet written may then be lost.
     pub async fn shutdown(&self) {
+        // The cancellations of calls just dropped reach the server before its connection closes.
+        self.inner.target.cancels.flush().await;
         let service = self.inner.service.lock().await.take();
         if let Some(mut service) = service {
             let _ = service.close_with_timeout(SHUTDOWN_GRACE).await;

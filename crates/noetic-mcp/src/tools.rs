@@ -5,10 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use noetic_core::{Tool, ToolContext, ToolError, wire_name};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
-use rmcp::service::ServiceError;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
+    ResourceContents, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
 use serde_json::Value;
+
+use crate::cancel::{CancelOnDrop, Cancels};
 
 /// Which of a server's tools are offered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +48,8 @@ pub(crate) struct CallTarget {
     pub(crate) server: Arc<str>,
     pub(crate) peer: Peer<RoleClient>,
     pub(crate) timeout: Duration,
+    /// The server's cancellations still being sent.
+    pub(crate) cancels: Cancels,
 }
 
 /// The snapshot of `listed`: filtered, named `<server>__<tool>` (made unique after sanitizing).
@@ -117,7 +124,8 @@ fn unique_name(server: &str, tool: &str, taken: &[Tool]) -> String {
 }
 
 /// One `tools/call`: its result, or the error output the model sees. Dropping the future (the run
-/// was cancelled) or the timeout sends the server `notifications/cancelled` (rmcp does on drop).
+/// was cancelled) or the timeout sends the server `notifications/cancelled` for the request
+/// ([`CancelOnDrop`]), which a shutdown waits for.
 pub(crate) async fn call_tool(
     target: CallTarget,
     tool: String,
@@ -133,14 +141,41 @@ pub(crate) async fn call_tool(
             )));
         }
     }
-    match tokio::time::timeout(target.timeout, target.peer.call_tool(params)).await {
-        Err(_) => Err(ToolError::new(format!(
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    // No await between the request's hand-off to the connection and the guard: once it is sent, a
+    // dropped call is cancelled.
+    let handle = target
+        .peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|error| ToolError::new(describe(&target.server, &tool, &error)))?;
+    let mut guard = CancelOnDrop::new(
+        target.server.clone(),
+        target.peer.clone(),
+        target.cancels.clone(),
+        handle.id.clone(),
+    );
+    let Ok(answer) = tokio::time::timeout(target.timeout, handle.await_response()).await else {
+        guard.cancel(format!("timed out after {} ms", target.timeout.as_millis()));
+        return Err(ToolError::new(format!(
             "MCP tool `{tool}` of server `{}` timed out after {} ms (the call was cancelled)",
             target.server,
             target.timeout.as_millis()
+        )));
+    };
+    guard.disarm();
+    match answer {
+        Err(error) => Err(ToolError::new(describe(&target.server, &tool, &error))),
+        Ok(ServerResult::CallToolResult(result)) => output(&target.server, &tool, result),
+        // A result without content (`{}`) is an empty success.
+        Ok(ServerResult::EmptyResult(_)) => {
+            output(&target.server, &tool, CallToolResult::default())
+        }
+        Ok(_) => Err(ToolError::new(format!(
+            "MCP server `{}` answered `tools/call` of `{tool}` with something other than a tool \
+             result",
+            target.server
         ))),
-        Ok(Err(error)) => Err(ToolError::new(describe(&target.server, &tool, &error))),
-        Ok(Ok(result)) => output(&target.server, &tool, result),
     }
 }
 

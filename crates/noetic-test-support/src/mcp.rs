@@ -6,13 +6,24 @@
 //! result), `slow {ms}` (sleeps; notes a cancellation), `toggle` (adds or removes `extra` and sends
 //! `notifications/tools/list_changed`), `extra`, `env {name}` (the variable's value, or `<unset>`),
 //! `grandchild` (starts `sleep 300` and answers its pid), `die` (exits the process: stdio only),
-//! `echo {text}` (says it back), `wait_for {event}` (returns once the server's event log has a line
-//! containing `event`: how a test over stdio waits for what the server saw).
+//! `echo {text}` (says it back), `wait_for {event}` (returns the first line of the server's event
+//! log containing `event`, once there is one: how a test over stdio waits for what the server saw).
 //! `tools/list` pages two tools at a time, so clients must follow the cursor.
 //!
-//! What the server observed (calls, cancellations) goes to its event log: in memory for the HTTP
-//! server ([`McpTestServer::events`]), and appended to the file `NOETIC_MCP_TEST_LOG` names for the
-//! stdio binary.
+//! What the server observed goes to its event log, one line each, in the order it happened:
+//! `call NAME (request ID)`, `cancelled slow (request ID)` (the `slow` tool saw its cancellation),
+//! `notification cancelled (request ID): REASON` (the handler of a `notifications/cancelled`), and
+//! how the connection ended (`quit: …` when a stdio client closed stdin, `session deleted` when an
+//! HTTP client deleted its session). Over HTTP a notification is handled after its POST was
+//! answered, so its arrival is logged too: `posted notifications/cancelled (request ID)`.
+//! [`request_id`] reads the id back from a line; [`assert_cancelled_before_close`] checks a log for
+//! a call's cancellation before the connection's end.
+//!
+//! The log is in memory for the HTTP server ([`McpTestServer::events`]); the stdio binary appends it
+//! to the file given by `--log FILE` or the `NOETIC_MCP_TEST_LOG` variable, which a test reads after
+//! the server is gone ([`read_event_log`]), and with `--report HOST:PORT` also writes each line, as
+//! it happens, to a TCP connection it opens to that address: a test that starts the server through
+//! another program (the CLI) waits on that stream for what the server saw, without polling the file.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -32,8 +43,67 @@ use tokio::sync::Notify;
 
 /// How many tools one `tools/list` page holds.
 const PAGE_SIZE: usize = 2;
-/// The environment variable naming the stdio server's event log file.
+/// The environment variable naming the stdio server's event log file (`--log FILE` wins over it).
 pub const MCP_TEST_LOG: &str = "NOETIC_MCP_TEST_LOG";
+
+/// The request id an event line names (`call slow (request 3)` → `3`), if it names one.
+///
+/// # Examples
+/// ```
+/// use noetic_test_support::mcp::request_id;
+/// assert_eq!(request_id("notification cancelled (request 3): gone"), Some("3"));
+/// assert_eq!(request_id("session deleted"), None);
+/// ```
+pub fn request_id(event: &str) -> Option<&str> {
+    let (_, rest) = event.split_once("(request ")?;
+    rest.split_once(')').map(|(id, _)| id)
+}
+
+/// Asserts that `events` (a server's log, in order) shows the server was told to cancel the request
+/// of the first call of `tool`: a line starting with `arrived` (`notification cancelled` for the
+/// stdio server's handler, `posted notifications/cancelled` for the HTTP server's arrival) naming
+/// that call's request id, before the first line for which `closed` holds (the connection's end).
+///
+/// # Panics
+/// When it does not, showing the events.
+#[track_caller]
+pub fn assert_cancelled_before_close(
+    events: &[String],
+    tool: &str,
+    arrived: &str,
+    closed: impl Fn(&str) -> bool,
+) {
+    let called = format!("call {tool} ");
+    let call = events
+        .iter()
+        .find(|event| event.starts_with(&called))
+        .unwrap_or_else(|| panic!("no call of {tool} in {events:#?}"));
+    let id = request_id(call).unwrap_or_else(|| panic!("no request id in `{call}`"));
+    let cancelled = events
+        .iter()
+        .position(|event| event.starts_with(arrived) && request_id(event) == Some(id))
+        .unwrap_or_else(|| panic!("no `{arrived}` for request {id} in {events:#?}"));
+    let end = events
+        .iter()
+        .position(|event| closed(event))
+        .unwrap_or_else(|| panic!("the connection's end is not in {events:#?}"));
+    assert!(
+        cancelled < end,
+        "the cancel of request {id} came after the connection closed: {events:#?}"
+    );
+}
+
+/// Reads a stdio server's event log file (the lines it wrote, in order); empty when it wrote none.
+///
+/// # Panics
+/// When the file exists but cannot be read.
+pub fn read_event_log(path: &std::path::Path) -> Vec<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.lines().map(str::to_owned).collect(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => panic!("cannot read the MCP test log {}: {error}", path.display()),
+    }
+}
 
 fn object(value: Value) -> Arc<JsonObject> {
     match value {
@@ -98,11 +168,13 @@ struct EventLog {
     lines: Arc<Mutex<Vec<String>>>,
     changed: Arc<Notify>,
     file: Option<PathBuf>,
+    /// The `--report` connection: each line as it happens.
+    report: Option<Arc<Mutex<std::net::TcpStream>>>,
 }
 
 impl EventLog {
-    /// Waits until a line satisfying `matches` is in the log.
-    async fn wait_for(&self, matches: impl Fn(&str) -> bool) {
+    /// Waits until a line satisfying `matches` is in the log, and returns the first such line.
+    async fn wait_for(&self, matches: impl Fn(&str) -> bool) -> String {
         loop {
             // Registered before the check, so a line pushed in between still wakes it.
             let changed = self.changed.notified();
@@ -113,9 +185,10 @@ impl EventLog {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .iter()
-                .any(|line| matches(line));
-            if seen {
-                return;
+                .find(|line| matches(line))
+                .cloned();
+            if let Some(line) = seen {
+                return line;
             }
             changed.await;
         }
@@ -129,6 +202,14 @@ impl EventLog {
                 .open(path)
         {
             let _ = writeln!(file, "{line}");
+        }
+        if let Some(report) = &self.report {
+            let _ = writeln!(
+                report
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                "{line}"
+            );
         }
         eprintln!("mcp test server: {line}");
         self.lines
@@ -209,7 +290,8 @@ impl ServerHandler for TestServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        self.log.push(format!("call {name}"));
+        let id = context.id.clone();
+        self.log.push(format!("call {name} (request {id})"));
         let arguments = request.arguments.as_ref();
         let result = match name.as_str() {
             "add" => {
@@ -224,7 +306,7 @@ impl ServerHandler for TestServer {
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(millis as u64)) => text(format!("slept {millis} ms")),
                     () = context.ct.cancelled() => {
-                        self.log.push("cancelled slow".to_owned());
+                        self.log.push(format!("cancelled slow (request {id})"));
                         return Err(ErrorData::internal_error("cancelled", None));
                     }
                 }
@@ -270,8 +352,7 @@ impl ServerHandler for TestServer {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
-                self.log.wait_for(|line| line.contains(&wanted)).await;
-                text(format!("seen: {wanted}"))
+                text(self.log.wait_for(|line| line.contains(&wanted)).await)
             }
             "echo" => {
                 let said = arguments
@@ -295,21 +376,34 @@ impl ServerHandler for TestServer {
         notification: CancelledNotificationParam,
         _context: NotificationContext<RoleServer>,
     ) {
+        let id = notification
+            .request_id
+            .map_or_else(|| "none".to_owned(), |id| id.to_string());
         self.log.push(format!(
-            "notification cancelled: {}",
+            "notification cancelled (request {id}): {}",
             notification.reason.unwrap_or_default()
         ));
     }
 }
 
-/// Serves MCP on stdin/stdout until the client closes stdin (the `noetic-mcp-test-server` binary).
+/// Serves MCP on stdin/stdout until the client closes stdin (the `noetic-mcp-test-server` binary),
+/// appending its event log to `log` (else to the file [`MCP_TEST_LOG`] names, if set) and, with
+/// `report`, writing each line to a TCP connection to that address.
 ///
 /// # Errors
-/// When the client's initialize fails or the transport breaks.
-pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// When `report` cannot be reached, the client's initialize fails or the transport breaks.
+pub async fn serve_stdio(
+    log: Option<PathBuf>,
+    report: Option<SocketAddr>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use rmcp::ServiceExt as _;
+    let report = match report {
+        Some(address) => Some(Arc::new(Mutex::new(std::net::TcpStream::connect(address)?))),
+        None => None,
+    };
     let log = EventLog {
-        file: std::env::var_os(MCP_TEST_LOG).map(PathBuf::from),
+        file: log.or_else(|| std::env::var_os(MCP_TEST_LOG).map(PathBuf::from)),
+        report,
         ..EventLog::default()
     };
     log.push("started".to_owned());
@@ -319,6 +413,57 @@ pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync
     let reason = running.waiting().await?;
     log.push(format!("quit: {reason:?}"));
     Ok(())
+}
+
+/// In front of the HTTP server: the bearer check, and the events only HTTP shows — a
+/// `notifications/cancelled` as it arrives (`posted notifications/cancelled (request ID)`, before
+/// the server answers the POST and hands it to the session, whose handler logs it later), and a
+/// session's deletion (`session deleted`, once answered).
+async fn http_front(
+    expected: Option<Arc<str>>,
+    log: EventLog,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{Method, StatusCode};
+    use axum::response::IntoResponse as _;
+    let given = request
+        .headers()
+        .get("authorization")
+        .and_then(|value| value.to_str().ok());
+    if let Some(expected) = &expected
+        && given != Some(&**expected)
+    {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let method = request.method().clone();
+    let request = if method == Method::POST {
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
+        let messages = match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Array(batch)) => batch,
+            Ok(message) => vec![message],
+            Err(_) => Vec::new(),
+        };
+        for message in messages
+            .iter()
+            .filter(|message| message["method"] == "notifications/cancelled")
+        {
+            let id = &message["params"]["requestId"];
+            let id = id.as_str().map_or_else(|| id.to_string(), str::to_owned);
+            log.push(format!("posted notifications/cancelled (request {id})"));
+        }
+        axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))
+    } else {
+        request
+    };
+    let response = next.run(request).await;
+    if method == Method::DELETE {
+        log.push("session deleted".to_owned());
+    }
+    response
 }
 
 /// The streamable HTTP test server on 127.0.0.1, requiring `Authorization: Bearer <token>` when
@@ -364,27 +509,14 @@ impl McpTestServer {
             sessions.clone(),
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
         );
-        let expected = bearer.map(|token| format!("Bearer {token}"));
+        let expected: Option<Arc<str>> = bearer.map(|token| format!("Bearer {token}").into());
+        let observed = log.clone();
         let router =
             axum::Router::new()
                 .nest_service("/mcp", service)
                 .layer(axum::middleware::from_fn(
                     move |request: axum::extract::Request, next: axum::middleware::Next| {
-                        let expected = expected.clone();
-                        async move {
-                            let given = request
-                                .headers()
-                                .get("authorization")
-                                .and_then(|value| value.to_str().ok());
-                            match &expected {
-                                Some(expected) if given != Some(expected.as_str()) => {
-                                    axum::response::IntoResponse::into_response(
-                                        axum::http::StatusCode::UNAUTHORIZED,
-                                    )
-                                }
-                                _ => next.run(request).await,
-                            }
-                        }
+                        http_front(expected.clone(), observed.clone(), request, next)
                     },
                 ));
         let until = stop.clone();
@@ -406,7 +538,7 @@ impl McpTestServer {
         format!("http://{}/mcp", self.address)
     }
 
-    /// What the server observed so far (`call NAME`, `cancelled slow`, `notification cancelled: …`).
+    /// What the server observed so far, in order (see the [module docs](self) for the lines).
     pub fn events(&self) -> Vec<String> {
         self.log
             .lines
@@ -415,9 +547,13 @@ impl McpTestServer {
             .clone()
     }
 
-    /// Waits until an event satisfying `matches` is in the log.
-    pub async fn wait_for_event(&self, matches: impl Fn(&str) -> bool) {
-        self.log.wait_for(matches).await;
+    /// Waits until an event satisfying `matches` is in the log, and returns the first such event.
+    /// Unbounded: wrap it in a timeout naming what it waits for.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn wait_for_event(&self, matches: impl Fn(&str) -> bool) -> String {
+        self.log.wait_for(matches).await
     }
 
     /// Forgets every session, as a server restart or a session timeout would: the next request

@@ -1,11 +1,18 @@
 //! `--mcp NAME=COMMAND` / `--mcp NAME=URL`: an MCP server's tools offered to every model call as
-//! `NAME__TOOL`, against the real test MCP server (a child process of the CLI, or HTTP on loopback).
+//! `NAME__TOOL`, against the real test MCP server (a child process of the CLI, or HTTP on loopback);
+//! a SIGTERM mid-call cancels the call on the server before the connection closes.
 
 use noetic_test_support::MockServer;
-use noetic_test_support::mcp::{McpTestServer, mcp_test_server_path};
+use noetic_test_support::mcp::{
+    McpTestServer, assert_cancelled_before_close, mcp_test_server_path, read_event_log,
+};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Child;
 
-use crate::{TempDir, answer_with_tool_output, args, call_reply, mock_options, run_noetic};
+use crate::{
+    CHILD_TIMEOUT, TempDir, answer_with_tool_output, args, call_reply, mock_options, run_noetic,
+};
 
 /// A one-node workflow with no tools of its own: the MCP server's come from `--mcp`.
 fn flow() -> Value {
@@ -207,5 +214,98 @@ async fn validate_accepts_a_declared_connection_without_starting_it() {
         finished.stderr.contains("/root/tools/0/type") && finished.stderr.contains("`calc`"),
         "{}",
         finished.stderr
+    );
+}
+
+/// Sends SIGTERM to `child`.
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("the child runs").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+/// `noetic run` offering the MCP server `target` (`NAME=COMMAND` or `NAME=URL`), whose model calls
+/// `<NAME>__slow` for a minute.
+fn run_calling_slow(provider: &MockServer, dir: &TempDir, name: &str, target: &str) -> Child {
+    provider.push(call_reply(&format!("{name}__slow"), &json!({"ms": 60_000})));
+    let flow = dir.write("flow.json", &flow());
+    let mcp = format!("{name}={target}");
+    crate::noetic(args(
+        &["run", &flow, "Wait a minute", "--mcp", &mcp],
+        &mock_options(provider),
+    ))
+    .spawn()
+    .expect("the noetic binary starts")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_call_cancels_that_request_on_a_stdio_server_before_its_stdin_closes() {
+    let provider = MockServer::start().await;
+    let dir = TempDir::new();
+    let log = dir.path().join("events.log");
+    // The server reports each event as it happens on a connection to this listener.
+    let reports = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let command = format!(
+        "{} --log {} --report {}",
+        mcp_test_server_path().display(),
+        log.display(),
+        reports.local_addr().unwrap()
+    );
+    let child = run_calling_slow(&provider, &dir, "calc", &command);
+
+    let (stream, _) = tokio::time::timeout(CHILD_TIMEOUT, reports.accept())
+        .await
+        .expect("the server connects to report its events")
+        .unwrap();
+    let mut events = BufReader::new(stream).lines();
+    loop {
+        let event = tokio::time::timeout(CHILD_TIMEOUT, events.next_line())
+            .await
+            .expect("the server reports its call of slow")
+            .unwrap()
+            .expect("the server reported its call of slow before it ended");
+        if event.starts_with("call slow") {
+            break;
+        }
+    }
+    sigterm(&child);
+    let finished = crate::finished(child).await;
+
+    finished.assert_code(143);
+    assert_cancelled_before_close(
+        &read_event_log(&log),
+        "slow",
+        "notification cancelled",
+        |event| event.starts_with("quit"),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_call_cancels_that_request_on_an_http_server_before_its_session_ends() {
+    let mcp = McpTestServer::start_http(None).await;
+    let provider = MockServer::start().await;
+    let dir = TempDir::new();
+    let child = run_calling_slow(&provider, &dir, "web", &mcp.url());
+
+    tokio::time::timeout(
+        CHILD_TIMEOUT,
+        mcp.wait_for_event(|event| event.starts_with("call slow")),
+    )
+    .await
+    .expect("the server gets the call of slow");
+    sigterm(&child);
+    let finished = crate::finished(child).await;
+
+    finished.assert_code(143);
+    assert_cancelled_before_close(
+        &mcp.events(),
+        "slow",
+        "posted notifications/cancelled",
+        |event| event == "session deleted",
     );
 }

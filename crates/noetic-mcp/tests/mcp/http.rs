@@ -89,14 +89,14 @@ async fn cancelling_a_run_mid_call_sends_the_server_a_cancel_notification() {
         &json!({"ms": 60_000}),
     ));
     let harness = harness(&provider, &server);
-    abort_mid_call(
-        &harness,
-        &agent(&server),
-        mcp.wait_for_event(|event| event == "call slow"),
-    )
+    abort_mid_call(&harness, &agent(&server), async {
+        mcp.wait_for_event(|event| event.starts_with("call slow"))
+            .await;
+    })
     .await;
     mcp.wait_for_event(|event| event.starts_with("notification cancelled"))
         .await;
-    mcp.wait_for_event(|event| event == "cancelled slow").await;
+    mcp.wait_for_event(|event| event.starts_with("cancelled slow"))
+        .await;
     server.shutdown().await;
 }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod http;
+mod session;
 mod stdio;
 
 use std::time::Duration;
@@ -135,6 +136,18 @@ pub(crate) async fn abort_mid_call(
     }
     ctx.abort(Some("user stopped it".to_owned()));
     assert_eq!(running.await.unwrap_err().code(), "CANCELLED");
+}
+
+/// Returns the first line of the server's event log containing `event`, once there is one (asked of
+/// the server itself, over the same session).
+pub(crate) async fn server_saw(server: &McpServer, event: &str) -> String {
+    let seen = server
+        .call_tool("wait_for", json!({ "event": event }))
+        .await
+        .unwrap_or_else(|error| panic!("waiting for `{event}`: {}", error.message()));
+    let line = seen.as_str().unwrap_or_default().to_owned();
+    assert!(line.contains(event), "{seen}");
+    line
 }
 
 /// How long to wait for a process to go before failing a test.

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::{
     a_model_call_reaches_the_next_request, abort_mid_call, agent, calc, harness, offered, outputs,
-    run, test_server, wait_gone,
+    run, server_saw, test_server, wait_gone,
 };
 
 #[tokio::test]
@@ -203,16 +203,6 @@ async fn a_command_that_cannot_start_or_initialize_is_a_clear_error() {
     assert_eq!(unclosed.code(), "MCP_CONFIG_INVALID");
 }
 
-/// Returns once the server's event log has a line containing `event` (asked of the server itself,
-/// over the same session).
-async fn server_saw(server: &McpServer, event: &str) {
-    let seen = server
-        .call_tool("wait_for", json!({ "event": event }))
-        .await
-        .unwrap_or_else(|error| panic!("waiting for `{event}`: {}", error.message()));
-    assert_eq!(seen, json!(format!("seen: {event}")));
-}
-
 #[tokio::test]
 async fn cancelling_a_run_mid_call_cancels_the_call_and_shutdown_leaves_no_process() {
     let server = calc().await;
@@ -233,7 +223,10 @@ async fn cancelling_a_run_mid_call_cancels_the_call_and_shutdown_leaves_no_proce
         &json!({"ms": 60_000}),
     ));
     let harness = harness(&provider, &server);
-    abort_mid_call(&harness, &agent(&server), server_saw(&server, "call slow")).await;
+    abort_mid_call(&harness, &agent(&server), async {
+        server_saw(&server, "call slow").await;
+    })
+    .await;
     // The server heard the cancellation and stopped the tool.
     server_saw(&server, "notification cancelled").await;
     server_saw(&server, "cancelled slow").await;
