@@ -1,7 +1,7 @@
 //! Over streamable HTTP: the test server on loopback, requiring a bearer token.
 
 use noetic_mcp::McpServer;
-use noetic_test_support::mcp::McpTestServer;
+use noetic_test_support::mcp::{McpTestServer, request_id};
 use noetic_test_support::{MockReply, MockServer};
 use serde_json::json;
 
@@ -98,5 +98,44 @@ async fn cancelling_a_run_mid_call_sends_the_server_a_cancel_notification() {
         .await;
     mcp.wait_for_event(|event| event.starts_with("cancelled slow"))
         .await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_timed_out_call_cancels_its_request_saying_so() {
+    let mcp = McpTestServer::start_http(Some(TOKEN)).await;
+    let server = McpServer::http("calc", mcp.url())
+        .bearer(TOKEN)
+        .call_timeout(std::time::Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connects with the token");
+
+    let error = server
+        .call_tool("slow", json!({"ms": 60_000}))
+        .await
+        .unwrap_err();
+
+    assert!(
+        error.message().contains("timed out after 200 ms"),
+        "{}",
+        error.message()
+    );
+    let call = mcp
+        .wait_for_event(|event| event.starts_with("call slow"))
+        .await;
+    let id = request_id(&call).expect("the call's request id").to_owned();
+    let cancelled = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        mcp.wait_for_event(|event| {
+            event.starts_with("notification cancelled") && request_id(event) == Some(id.as_str())
+        }),
+    )
+    .await
+    .expect("the server gets the cancel of the timed-out call");
+    assert!(
+        cancelled.ends_with(": timed out after 200 ms"),
+        "{cancelled}"
+    );
     server.shutdown().await;
 }
