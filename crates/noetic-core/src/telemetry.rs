@@ -405,10 +405,6 @@ pub(crate) fn approval_requested(agent: &str, tool: &str) {
 
 /// Counts an ended drain by its reason ([`metric::DRAINS`]): for the drain's task
 /// (`context/drain.rs`) to call with the report it publishes.
-#[allow(
-    dead_code,
-    reason = "its call in context/drain.rs is placed with the drain's rewrite (issue 28)"
-)]
 pub(crate) fn drain_finished(agent: &str, report: &DrainReport) {
     tracing::info!(
         target: METRICS_TARGET,

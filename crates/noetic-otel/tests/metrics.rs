@@ -421,3 +421,62 @@ fn a_steer_joining_a_running_turn_is_counted_where_it_was_applied() {
         Some(&string("steered"))
     );
 }
+
+#[test]
+fn a_drain_stopped_by_a_second_abort_is_counted_by_its_reason() {
+    let servers = Servers::start();
+    // Streams its first events, then nothing: the round is in flight while the turn drains.
+    servers
+        .provider
+        .push(MockReply::answer("a long story").stall_after_events(2));
+    let provider = OpenResponses::builder(servers.provider.base_url())
+        .api_key("sk-metered")
+        .retry(RetryConfig::none())
+        .build()
+        .expect("provider");
+    exporting(&servers.receiver, async {
+        let harness = AgentHarness::builder("drained")
+            .provider("wire", provider)
+            .call_model_defaults(CallModelDefaults::default().provider("wire"))
+            .agent_graph(call_model("ask").model("gpt-x").build())
+            .build()
+            .expect("harness");
+        let mut events = harness.events(Scope::default());
+        harness
+            .execute("Tell me a story", ExecuteOptions::default())
+            .await
+            .expect("queued");
+        until(&mut events, "the round's first text", |event| {
+            matches!(event, StreamEvent::Sdk(_)).then_some(())
+        })
+        .await;
+        let first = harness.abort(AbortOptions::new().drain(Duration::from_secs(600)));
+        let second = async {
+            until(&mut events, "the drain's start", |event| {
+                matches!(
+                    event,
+                    StreamEvent::Framework(FrameworkEvent::DrainStarted { .. })
+                )
+                .then_some(())
+            })
+            .await;
+            harness.abort(AbortOptions::new()).await
+        };
+        let (first, second) = tokio::time::timeout(WAIT, async { tokio::join!(first, second) })
+            .await
+            .expect("both stops resolve");
+        assert_eq!(first, second, "one report");
+    });
+    let drains = metric(&servers.receiver, "noetic.drains");
+    let points = counter(&drains);
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0].value, AttributeValue::Int(1));
+    assert_eq!(
+        points[0].attr("noetic.drain.reason"),
+        Some(&string("stopped"))
+    );
+    assert_eq!(
+        points[0].attr("gen_ai.agent.name"),
+        Some(&string("drained"))
+    );
+}

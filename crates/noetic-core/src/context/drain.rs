@@ -251,6 +251,7 @@ impl Context {
             finished: std::mem::take(&mut *lock(&drain.finished)),
             cut_off,
         };
+        crate::telemetry::drain_finished(self.runtime().name(), &report);
         self.emit(FrameworkEvent::DrainFinished {
             report: report.clone(),
         });
