@@ -1,7 +1,8 @@
-//! The three clients of one react-2 turn: the framework through `run()` (`AgentHarness` +
+//! The clients of one react-2 turn: the framework through `run()` (`AgentHarness` +
 //! `OpenResponses`, the quick start's shape), the framework through sessions (the same harness with
-//! the agent as its graph: `execute` + `agent_response`, one new thread per turn) and the bare floor
-//! (plain `reqwest` + `SseDecoder` + `serde_json::Value`).
+//! the agent as its graph: `execute` + `agent_response`, one new thread per turn), the same sessions
+//! on a durable SQLite store, and the bare floor (plain `reqwest` + `SseDecoder` +
+//! `serde_json::Value`).
 //!
 //! All count their HTTP requests and report to a [`Gauge`] when a turn's answer request starts and when
 //! the turn ends, so the memory measurement can show how many turns were live at once.
@@ -28,17 +29,20 @@ use crate::{HOLD_HEADER, INSTRUCTIONS, MODEL, QUESTION};
 pub(crate) enum Kind {
     Framework,
     Sessions,
+    /// Sessions on a durable SQLite store (a fresh file per client process).
+    Durable,
     Bare,
 }
 
 impl Kind {
     /// Every client, in the table's order.
-    pub(crate) const ALL: [Kind; 3] = [Kind::Framework, Kind::Sessions, Kind::Bare];
+    pub(crate) const ALL: [Kind; 4] = [Kind::Framework, Kind::Sessions, Kind::Durable, Kind::Bare];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Framework => "framework",
             Kind::Sessions => "sessions",
+            Kind::Durable => "durable",
             Kind::Bare => "bare",
         }
     }
@@ -118,11 +122,11 @@ fn lookup(query: &str) -> String {
 
 impl Client {
     /// A client of the server at `base_url`; `hold` asks the server to hold each answer open.
-    pub(crate) fn new(kind: Kind, base_url: &str, hold: bool) -> Client {
+    pub(crate) async fn new(kind: Kind, base_url: &str, hold: bool) -> Client {
         let requests = Arc::new(AtomicUsize::new(0));
         let gauge = Arc::new(Gauge::default());
         let inner = match kind {
-            Kind::Framework | Kind::Sessions => {
+            Kind::Framework | Kind::Sessions | Kind::Durable => {
                 let mut provider = OpenResponses::builder(base_url)
                     .name("bench")
                     .retry(RetryConfig::none());
@@ -153,8 +157,19 @@ impl Client {
                         until::max_steps(10),
                     ]))
                     .build();
-                let builder = AgentHarness::builder("react2").provider("bench", provider);
-                if kind == Kind::Sessions {
+                let mut builder = AgentHarness::builder("react2").provider("bench", provider);
+                if kind == Kind::Durable {
+                    let path = std::env::temp_dir()
+                        .join(format!("noetic-react2-{}.db", std::process::id()));
+                    for suffix in ["", "-wal", "-shm"] {
+                        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                    }
+                    let store = noetic_storage_sqlite::SqliteStorage::open(&path)
+                        .await
+                        .expect("a SQLite store in the temp dir");
+                    builder = builder.durable(store);
+                }
+                if kind != Kind::Framework {
                     let harness = builder.agent_graph(agent).build().expect("harness");
                     Inner::Sessions {
                         harness,

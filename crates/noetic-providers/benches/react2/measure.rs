@@ -69,7 +69,7 @@ pub(crate) fn client_role() {
     let kinds = match std::env::var(CLIENT_VAR).ok().as_deref() {
         None | Some("all") => Kind::ALL.to_vec(),
         Some(name) => vec![Kind::parse(name).unwrap_or_else(|| {
-            panic!("{CLIENT_VAR} must be framework, sessions, bare or all, not {name}")
+            panic!("{CLIENT_VAR} must be framework, sessions, durable, bare or all, not {name}")
         })],
     };
     let runs: usize = env_number(RUNS_VAR).unwrap_or(5).max(1);
@@ -90,10 +90,13 @@ pub(crate) fn client_role() {
         .build()
         .expect("client runtime");
     let hold = mode == "memory";
-    let clients: Vec<Arc<Client>> = kinds
-        .iter()
-        .map(|kind| Arc::new(Client::new(*kind, &url, hold)))
-        .collect();
+    let clients: Vec<Arc<Client>> = runtime.block_on(async {
+        let mut clients = Vec::new();
+        for kind in &kinds {
+            clients.push(Arc::new(Client::new(*kind, &url, hold).await));
+        }
+        clients
+    });
     match mode.as_str() {
         "cpu" => {
             sequential_runs(&runtime, &clients, runs, turns);
