@@ -137,7 +137,12 @@ async fn once_in_order(db: TestDatabase) {
     let mock = MockServer::start().await;
     mock.set_responder(respond);
     let (events, mut seen) = mpsc::unbounded_channel();
-    let config = WorkerConfig::new(db.url(), &mock.base_url());
+    let mut config = WorkerConfig::new(db.url(), &mock.base_url());
+    // Nobody dies or pauses here, so no lease should lapse: with the 1 s of the other tests, a
+    // worker starved of CPU for half a second (a loaded 2-core machine) lost a thread mid-turn, and
+    // the taker re-sent the turn's round, as it must after a takeover (the loser was fenced and
+    // recorded nothing), which the request chains below would read as two turns at once.
+    config.lease_ttl = Duration::from_secs(10);
     let _workers: Vec<Worker> = ["w1", "w2", "w3"]
         .iter()
         .map(|name| Worker::start(name, &config, &events))

@@ -131,7 +131,8 @@ pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T 
 /// Writes one `#[tokio::test]` per section of the durable-store conformance suite
 /// ([`conformance`](crate::conformance)), each on a fresh store made by `$fresh`: a block evaluating
 /// to `(StoreOpener<S>, keep)`, run inside the test (so it may `return` to skip), `keep` held until
-/// the test ends. The calling crate needs `tokio` with `macros` and `rt`.
+/// the test ends. The calling crate needs `tokio` with `macros` and `rt-multi-thread` (the harness
+/// sections run on two worker threads).
 #[macro_export]
 macro_rules! durable_store_conformance {
     ($fresh:block) => {
