@@ -121,6 +121,25 @@ async fn drain_started(events: &mut mpsc::UnboundedReceiver<FrameworkEvent>) -> 
     }
 }
 
+/// A harness whose agent graph is one `call_model` on the gated model, and the model's rounds.
+fn session_harness() -> (Arc<AgentHarness>, mpsc::UnboundedReceiver<Round>) {
+    let (rounds_tx, rounds) = mpsc::unbounded_channel();
+    let model = GatedModel {
+        rounds: rounds_tx,
+        count: AtomicUsize::new(0),
+    };
+    let harness = AgentHarness::builder("drain")
+        .provider("gated", model)
+        .agent_graph(
+            call_model("chat")
+                .model("m")
+                .idle_timeout(Duration::from_secs(600)),
+        )
+        .build()
+        .unwrap();
+    (Arc::new(harness), rounds)
+}
+
 /// Runs a `call_model` step offering `tool` on `ctx`, on its own task.
 fn start_run(
     harness: &Arc<AgentHarness>,
@@ -319,22 +338,7 @@ async fn a_drain_with_nothing_in_flight_settles_at_once_and_a_plain_cancel_repor
 
 #[tokio::test(start_paused = true)]
 async fn a_session_turn_drains_with_status_draining_then_idle() {
-    let (rounds_tx, mut rounds) = mpsc::unbounded_channel();
-    let model = GatedModel {
-        rounds: rounds_tx,
-        count: AtomicUsize::new(0),
-    };
-    let harness = Arc::new(
-        AgentHarness::builder("drain")
-            .provider("gated", model)
-            .agent_graph(
-                call_model("chat")
-                    .model("m")
-                    .idle_timeout(Duration::from_secs(600)),
-            )
-            .build()
-            .unwrap(),
-    );
+    let (harness, mut rounds) = session_harness();
     let mut session_events = harness.events(Scope::thread("t"));
     harness
         .execute("hello", ExecuteOptions::new().thread_id("t"))

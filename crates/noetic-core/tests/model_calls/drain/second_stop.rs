@@ -127,22 +127,7 @@ async fn running_turn() -> (
     mpsc::UnboundedReceiver<FrameworkEvent>,
     Round,
 ) {
-    let (rounds_tx, mut rounds) = mpsc::unbounded_channel();
-    let model = GatedModel {
-        rounds: rounds_tx,
-        count: AtomicUsize::new(0),
-    };
-    let harness = Arc::new(
-        AgentHarness::builder("drain")
-            .provider("gated", model)
-            .agent_graph(
-                call_model("chat")
-                    .model("m")
-                    .idle_timeout(Duration::from_secs(600)),
-            )
-            .build()
-            .unwrap(),
-    );
+    let (harness, mut rounds) = session_harness();
     let mut stream = harness.events(Scope::thread("t"));
     let (events_tx, events) = mpsc::unbounded_channel();
     tokio::spawn(async move {
