@@ -3,9 +3,11 @@
 //!
 //! A backend's test crate binds itself to the contract with one macro call,
 //! [`durable_store_conformance!`](crate::durable_store_conformance), given a block that makes a fresh
-//! store: the macro writes one `#[tokio::test]` per section, so a failure names the section.
+//! store: the macro writes one `#[tokio::test]` per section, so a failure names the section. As
+//! core's `tests/layers/storage.rs` does it (test functions cannot run in a doctest, so this one is
+//! shown, not compiled):
 //!
-//! ```ignore
+//! ```text
 //! mod conformance {
 //!     use noetic_core::KvDurableStore;
 //!     use noetic_test_support::conformance::StoreOpener;
