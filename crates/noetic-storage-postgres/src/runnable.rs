@@ -27,10 +27,15 @@ use crate::{LeaseClock, PostgresStorage, PrefixSql};
 /// The channel marks are announced on (payload: the name).
 pub const CHANNEL: &str = "noetic_runnable";
 
-/// Marks in the commit's order (their places follow it), announcing each.
+/// Marks in the commit's order (their places follow it), announcing each. A name already marked
+/// keeps its place, but its row is still written (`DO UPDATE`, not `DO NOTHING`): that locks it until
+/// this commit ends, so a clear of the same name in another transaction waits for this commit instead
+/// of deleting the mark under it. Otherwise a host letting a thread go (clear the mark, then read the
+/// messages) could miss a message committed just after its read, with the mark gone: nobody would be
+/// told to run it.
 const MARK: &str = "WITH m AS (INSERT INTO runnable (name) \
          SELECT n FROM UNNEST($1::text[]) WITH ORDINALITY AS u(n, i) ORDER BY i \
-         ON CONFLICT (name) DO NOTHING) \
+         ON CONFLICT (name) DO UPDATE SET name = excluded.name) \
      SELECT pg_notify($2, n) FROM UNNEST($1::text[]) AS n";
 const CLEAR: &str = "DELETE FROM runnable WHERE name = ANY($1)";
 const LIST: PrefixSql = PrefixSql {

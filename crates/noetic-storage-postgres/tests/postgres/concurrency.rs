@@ -1,5 +1,6 @@
 //! Races between two `PostgresStorage` values (two pools, as two hosts would have) on one database:
-//! appends at one sequence number, first grants of one lease, and a fenced writer against a takeover.
+//! appends at one sequence number, first grants of one lease, a fenced writer against a takeover, and a
+//! clear of a runnable mark against a commit marking it again.
 
 #![allow(clippy::unwrap_used)] // a test: a failure is a panic
 
@@ -182,4 +183,124 @@ async fn a_fenced_writer_racing_a_takeover_never_applies_after_it() {
         .await
         .unwrap();
     }
+}
+
+/// Polls `pg_locks` on `db` until `count` lock requests of `locktype` wait, or `done` says to stop
+/// looking (bounded: panics after 10 s).
+async fn until_waiting(
+    store: &PostgresStorage,
+    locktype: &str,
+    count: i64,
+    done: impl Fn() -> bool,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = $1")
+                .bind(locktype)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        if waiting >= count || done() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {locktype} lock wait appeared within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The shared-thread let-go (clear the mark, then read the log) racing a host that accepts a message
+/// (append and mark in one commit) while the mark is still set: the mark the acceptor writes must not
+/// be a no-op the clear can delete under it. Whatever the order, once the clear has returned, either
+/// the read after it sees the message or the mark is still set; else the message waits with no host
+/// told to run it (the fleet test's lost wake-up). The acceptor's commit is held, between its mark
+/// and its end, by a test trigger waiting on an advisory lock the test holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clear_racing_a_mark_of_the_same_name_never_loses_the_mark_and_the_message() {
+    let db = test_database_or_skip!();
+    let acceptor = store(&db, LeaseClock::Database).await;
+    let worker = store(&db, LeaseClock::Database).await;
+    let holder = store(&db, LeaseClock::Database).await;
+    crate::support::exec(
+        &holder,
+        "CREATE FUNCTION hold_marks() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$; \
+         CREATE TRIGGER hold_marks AFTER INSERT ON runnable \
+         FOR EACH STATEMENT EXECUTE FUNCTION hold_marks();",
+    )
+    .await;
+    // The thread is marked (its earlier message), and held by the worker.
+    let mut gate = holder.pool().acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    let first = tokio::spawn({
+        let acceptor = acceptor.clone();
+        async move {
+            acceptor
+                .commit(
+                    Commit::new()
+                        .append("msgs/T", 0, vec![b"m0".to_vec()])
+                        .mark_runnable("T"),
+                )
+                .await
+        }
+    });
+    until_waiting(&holder, "advisory", 1, || false).await;
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    first.await.unwrap().unwrap();
+    assert_eq!(worker.read_log("msgs/T", 0).await.unwrap().len(), 1);
+
+    // A second message is accepted while the mark is set; its commit stops after its mark.
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    let second = tokio::spawn({
+        let acceptor = acceptor.clone();
+        async move {
+            acceptor
+                .commit(
+                    Commit::new()
+                        .append("msgs/T", 1, vec![b"m1".to_vec()])
+                        .mark_runnable("T"),
+                )
+                .await
+        }
+    });
+    until_waiting(&holder, "advisory", 1, || false).await;
+    // The worker lets the thread go: clears the mark, then reads what came since.
+    let let_go = tokio::spawn({
+        let worker = worker.clone();
+        async move {
+            worker
+                .commit(Commit::new().clear_runnable("T"))
+                .await
+                .unwrap();
+            worker.read_log("msgs/T", 1).await.unwrap()
+        }
+    });
+    // Either the clear finishes (it did not wait for the acceptor) or it waits on the acceptor's
+    // row lock; then the acceptor may end.
+    until_waiting(&holder, "transactionid", 1, || let_go.is_finished()).await;
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    second.await.unwrap().unwrap();
+    let seen = let_go.await.unwrap();
+    let marked = worker.runnable("").await.unwrap();
+    assert!(
+        seen.len() == 1 || marked == ["T"],
+        "message m1 was accepted, but the worker's look after its clear saw {} entries and the marks \
+         are {marked:?}: no host would run it",
+        seen.len()
+    );
 }
