@@ -4,13 +4,14 @@
 //! lock before reading what it decides on (the fence's epoch, a log's next sequence number, the current
 //! lease), so the decision holds against every other connection to the file, in any process.
 
+use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use noetic_core::adapter::durable::{
     Commit, DurableStore, Lease, LeaseRequest, LogEntry, Records, decide_lease, seq_conflict,
 };
 use noetic_core::{Error, Result};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection};
+use sqlx::{Connection, Row, SqliteConnection};
 
 use crate::error::{corrupt, map};
 use crate::{PrefixSql, SqliteStorage, to_i64};
@@ -20,8 +21,6 @@ const LEASE_SET: &str = "INSERT INTO leases (name, holder, epoch, expires_at_ms)
      ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, \
      expires_at_ms = excluded.expires_at_ms";
 const HEAD_GET: &str = "SELECT next_seq FROM log_heads WHERE log = ?1";
-const HEAD_SET: &str = "INSERT INTO log_heads (log, next_seq) VALUES (?1, ?2) \
-     ON CONFLICT (log) DO UPDATE SET next_seq = excluded.next_seq";
 
 /// Decodes a lease row of `name`.
 fn lease_row(name: &str, row: &SqliteRow) -> Result<Lease> {
@@ -81,22 +80,6 @@ async fn stored_next(
     u64::try_from(next).map_err(|_| corrupt(operation, log, format!("negative next_seq {next}")))
 }
 
-/// Clearing a prefix: its records, log entries and log heads.
-const CLEAR: [PrefixSql; 3] = [
-    PrefixSql {
-        bounded: "DELETE FROM records WHERE key >= ?1 AND key < ?2",
-        open: "DELETE FROM records WHERE key >= ?1",
-    },
-    PrefixSql {
-        bounded: "DELETE FROM logs WHERE log >= ?1 AND log < ?2",
-        open: "DELETE FROM logs WHERE log >= ?1",
-    },
-    PrefixSql {
-        bounded: "DELETE FROM log_heads WHERE log >= ?1 AND log < ?2",
-        open: "DELETE FROM log_heads WHERE log >= ?1",
-    },
-];
-
 const RECORDS: PrefixSql = PrefixSql {
     bounded: "SELECT key, value FROM records WHERE key >= ?1 AND key < ?2 ORDER BY key",
     open: "SELECT key, value FROM records WHERE key >= ?1 ORDER BY key",
@@ -107,108 +90,289 @@ const RUNNABLE: PrefixSql = PrefixSql {
     open: "SELECT name FROM runnable WHERE name >= ?1 ORDER BY place",
 };
 
-/// Runs `sql` for `prefix`.
-async fn delete_prefix(conn: &mut SqliteConnection, sql: &PrefixSql, prefix: &str) -> Result<()> {
-    sql.query(prefix)
+/// One commit as one SQL script, run inside the commit's transaction in one call to the connection's
+/// worker thread (a statement per call cost a thread hand-off each: a checkpoint took seven).
+///
+/// Values are written into the script only as hex blob literals (`X'…'`, a text as
+/// `CAST(X'…' AS TEXT)`) and integers the script itself computed, never as quoted text, so no byte of
+/// a key or value can end a literal. The decisions a commit rests on (the fence's epoch, each
+/// append's expected next sequence number) are `SELECT`s in the script, at the point where the
+/// statement-per-call version read them; their rows come back tagged (`0` the fence, `i + 1` the
+/// `i`-th append) and are checked before the transaction commits.
+struct Script {
+    sql: String,
+}
+
+impl Script {
+    fn statement(&mut self, parts: &[&str]) {
+        for part in parts {
+            self.sql.push_str(part);
+        }
+        self.sql.push_str(";\n");
+    }
+}
+
+/// `bytes` as an SQL blob literal.
+fn blob(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2 + 3);
+    out.push_str("X'");
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out.push('\'');
+    out
+}
+
+/// `text` as an SQL text value (a cast blob literal).
+fn text(text: &str) -> String {
+    format!("CAST({} AS TEXT)", blob(text.as_bytes()))
+}
+
+/// `texts` as an SQL list `(a, b, …)`.
+fn texts<'t>(texts: impl IntoIterator<Item = &'t String>) -> String {
+    let list: Vec<String> = texts.into_iter().map(|name| text(name)).collect();
+    format!("({})", list.join(", "))
+}
+
+/// How a script checks what a commit rests on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// Each check a `SELECT` of a tagged row, for the caller to decide on (see [`apply`]).
+    Rows,
+    /// Each check an insert into the guard view [`GUARD`], which aborts the script when it fails
+    /// (see [`commit_in_one_call`]).
+    Guards,
+}
+
+/// The writer connection's guard: a temporary view whose `INSTEAD OF INSERT` trigger aborts the
+/// statement with [`GUARD_FAILED`] unless the row's `ok` is 1, and stores nothing.
+const GUARD: &str = "CREATE TEMP VIEW IF NOT EXISTS noetic_guard AS SELECT 1 AS ok; \
+     CREATE TEMP TRIGGER IF NOT EXISTS noetic_guard_check INSTEAD OF INSERT ON noetic_guard \
+     BEGIN SELECT RAISE(ABORT, 'noetic: a commit check failed') WHERE NEW.ok IS NOT 1; END;";
+
+/// The message of a failed guard.
+const GUARD_FAILED: &str = "noetic: a commit check failed";
+
+/// Creates [`GUARD`] on the writer connection (temporary objects are the connection's own).
+pub(crate) async fn create_guard(conn: &mut SqliteConnection, location: &str) -> Result<()> {
+    sqlx::raw_sql(GUARD)
         .execute(conn)
         .await
-        .map_err(|error| map("clear_prefix", prefix, error))?;
+        .map_err(|error| map("open", location, error))?;
     Ok(())
 }
 
-/// Applies `commit` inside the open transaction `conn`.
-async fn apply(conn: &mut SqliteConnection, commit: Commit) -> Result<()> {
+/// The script of `commit` (see [`Script`]), checking as `checks` says.
+fn script(commit: &Commit, checks: Checks) -> Result<String> {
+    let mut script = Script { sql: String::new() };
     if let Some(fence) = &commit.fence {
-        let live = stored_lease(conn, "commit", &fence.lease).await?;
-        if live.as_ref().map(|lease| lease.epoch) != Some(fence.epoch) {
-            return Err(Error::LeaseLost {
-                lease: fence.lease.clone(),
-                epoch: fence.epoch,
-            });
+        let epoch = format!(
+            "(SELECT epoch FROM leases WHERE name = {})",
+            text(&fence.lease)
+        );
+        match checks {
+            Checks::Rows => script.statement(&["SELECT 0, ", &epoch]),
+            Checks::Guards => {
+                let expected = to_i64("commit", &fence.lease, fence.epoch)?.to_string();
+                script.statement(&[
+                    "INSERT INTO noetic_guard (ok) VALUES (",
+                    &epoch,
+                    " IS ",
+                    &expected,
+                    ")",
+                ]);
+            }
         }
     }
     for prefix in &commit.clear_prefixes {
-        for sql in &CLEAR {
-            delete_prefix(conn, sql, prefix).await?;
-        }
+        let range = |column: &str| match noetic_core::adapter::durable::prefix_upper(prefix) {
+            Some(upper) => format!(
+                "{column} >= {} AND {column} < {}",
+                text(prefix),
+                text(&upper)
+            ),
+            None => format!("{column} >= {}", text(prefix)),
+        };
+        script.statement(&["DELETE FROM records WHERE ", &range("key")]);
+        script.statement(&["DELETE FROM logs WHERE ", &range("log")]);
+        script.statement(&["DELETE FROM log_heads WHERE ", &range("log")]);
     }
     for (log, below) in &commit.trims {
-        sqlx::query("DELETE FROM logs WHERE log = ?1 AND seq < ?2")
-            .bind(log.as_str())
-            .bind(to_i64("trim", log, *below)?)
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map("trim", log, error))?;
+        let below = to_i64("trim", log, *below)?.to_string();
+        script.statement(&[
+            "DELETE FROM logs WHERE log = ",
+            &text(log),
+            " AND seq < ",
+            &below,
+        ]);
     }
-    for key in &commit.deletes {
-        sqlx::query("DELETE FROM records WHERE key = ?1")
-            .bind(key.as_str())
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map("delete", key, error))?;
+    if !commit.deletes.is_empty() {
+        script.statement(&["DELETE FROM records WHERE key IN ", &texts(&commit.deletes)]);
     }
-    for (key, value) in commit.puts {
-        sqlx::query(
-            "INSERT INTO records (key, value) VALUES (?1, ?2) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        )
-        .bind(key.as_str())
-        .bind(value)
-        .execute(&mut *conn)
-        .await
-        .map_err(|error| map("put", &key, error))?;
+    if !commit.puts.is_empty() {
+        let rows: Vec<String> = commit
+            .puts
+            .iter()
+            .map(|(key, value)| format!("({}, {})", text(key), blob(value)))
+            .collect();
+        // Rows of one key apply in order: the last one stays, as with one statement each.
+        script.statement(&[
+            "INSERT INTO records (key, value) VALUES ",
+            &rows.join(", "),
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        ]);
     }
-    for append in commit.appends {
-        let log = append.log.as_str();
-        let next = stored_next(conn, "append", log).await?;
-        if append.first_seq != next {
-            return Err(seq_conflict(log, append.first_seq, next));
+    for (index, append) in commit.appends.iter().enumerate() {
+        let log = text(&append.log);
+        let head = format!("COALESCE((SELECT next_seq FROM log_heads WHERE log = {log}), 0)");
+        match checks {
+            Checks::Rows => script.statement(&[&format!("SELECT {}, ", index + 1), &head]),
+            Checks::Guards => {
+                let expected = to_i64("append", &append.log, append.first_seq)?.to_string();
+                script.statement(&[
+                    "INSERT INTO noetic_guard (ok) VALUES (",
+                    &head,
+                    " = ",
+                    &expected,
+                    ")",
+                ]);
+            }
         }
-        let mut seq = next;
-        for entry in append.entries {
-            sqlx::query("INSERT INTO logs (log, seq, value) VALUES (?1, ?2, ?3)")
-                .bind(log)
-                .bind(to_i64("append", log, seq)?)
-                .bind(entry)
-                .execute(&mut *conn)
-                .await
-                .map_err(|error| map("append", log, error))?;
-            seq += 1;
+        if !append.entries.is_empty() {
+            let mut rows = Vec::with_capacity(append.entries.len());
+            for (offset, entry) in append.entries.iter().enumerate() {
+                let seq = append.first_seq.saturating_add(offset as u64);
+                let seq = to_i64("append", &append.log, seq)?;
+                rows.push(format!("({log}, {seq}, {})", blob(entry)));
+            }
+            script.statement(&[
+                "INSERT INTO logs (log, seq, value) VALUES ",
+                &rows.join(", "),
+            ]);
         }
-        sqlx::query(HEAD_SET)
-            .bind(log)
-            .bind(to_i64("append", log, seq)?)
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map("append", log, error))?;
+        let next = append.first_seq.saturating_add(append.entries.len() as u64);
+        let next = to_i64("append", &append.log, next)?.to_string();
+        script.statement(&[
+            "INSERT INTO log_heads (log, next_seq) VALUES (",
+            &log,
+            ", ",
+            &next,
+            ") ON CONFLICT (log) DO UPDATE SET next_seq = excluded.next_seq",
+        ]);
     }
-    for name in &commit.drop_leases {
-        sqlx::query("DELETE FROM leases WHERE name = ?1")
-            .bind(name.as_str())
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map("drop_lease", name, error))?;
+    if !commit.drop_leases.is_empty() {
+        script.statement(&[
+            "DELETE FROM leases WHERE name IN ",
+            &texts(&commit.drop_leases),
+        ]);
     }
-    for name in &commit.clear_runnable {
-        sqlx::query("DELETE FROM runnable WHERE name = ?1")
-            .bind(name.as_str())
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map("clear_runnable", name, error))?;
+    if !commit.clear_runnable.is_empty() {
+        script.statement(&[
+            "DELETE FROM runnable WHERE name IN ",
+            &texts(&commit.clear_runnable),
+        ]);
     }
     for name in &commit.mark_runnable {
         // A name already marked keeps its place.
-        sqlx::query(
-            "INSERT INTO runnable (name, place) \
-             VALUES (?1, (SELECT COALESCE(MAX(place), 0) + 1 FROM runnable)) \
-             ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(name.as_str())
-        .execute(&mut *conn)
-        .await
-        .map_err(|error| map("mark_runnable", name, error))?;
+        script.statement(&[
+            "INSERT INTO runnable (name, place) VALUES (",
+            &text(name),
+            ", (SELECT COALESCE(MAX(place), 0) + 1 FROM runnable)) ON CONFLICT (name) DO NOTHING",
+        ]);
     }
-    Ok(())
+    Ok(script.sql)
+}
+
+/// Applies `commit` inside the open transaction `conn`: its script, then the checks of what the
+/// script read (a failed check is the commit's error even when a later statement failed as well,
+/// as an append at a taken sequence number does).
+async fn apply(conn: &mut SqliteConnection, commit: &Commit) -> Result<()> {
+    let sql = script(commit, Checks::Rows)?;
+    let subject = commit.subject();
+    let mut rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch(&mut *conn);
+    let mut read: Vec<(i64, Option<i64>)> = Vec::new();
+    let mut failure = None;
+    while let Some(row) = rows.next().await {
+        match row {
+            Ok(row) => {
+                let tag: i64 = row
+                    .try_get(0)
+                    .map_err(|error| corrupt("commit", subject, error))?;
+                // A value that does not decode is a corrupt row of what it was read from.
+                let value: Option<i64> = row.try_get(1).map_err(|error| {
+                    let log = usize::try_from(tag - 1)
+                        .ok()
+                        .and_then(|index| commit.appends.get(index));
+                    match (log, &commit.fence) {
+                        (Some(append), _) => corrupt("append", &append.log, error),
+                        (None, Some(fence)) => corrupt("commit", &fence.lease, error),
+                        (None, None) => corrupt("commit", subject, error),
+                    }
+                })?;
+                read.push((tag, value));
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    drop(rows);
+    for (tag, value) in read {
+        if tag == 0 {
+            let Some(fence) = &commit.fence else { continue };
+            if value.and_then(|epoch| u64::try_from(epoch).ok()) != Some(fence.epoch) {
+                return Err(Error::LeaseLost {
+                    lease: fence.lease.clone(),
+                    epoch: fence.epoch,
+                });
+            }
+        } else {
+            let Some(append) = usize::try_from(tag - 1)
+                .ok()
+                .and_then(|index| commit.appends.get(index))
+            else {
+                continue;
+            };
+            let log = append.log.as_str();
+            let next = value.unwrap_or(0);
+            let next = u64::try_from(next)
+                .map_err(|_| corrupt("append", log, format!("negative next_seq {next}")))?;
+            if append.first_seq != next {
+                return Err(seq_conflict(log, append.first_seq, next));
+            }
+        }
+    }
+    match failure {
+        Some(error) => Err(map("commit", subject, error)),
+        None => Ok(()),
+    }
+}
+
+/// What [`commit_in_one_call`] came to.
+enum OneCall {
+    /// The commit applied.
+    Applied,
+    /// A check failed: nothing applied; [`apply`] tells which and why (or applies the commit, when
+    /// what it rests on changed back meanwhile).
+    CheckFailed,
+}
+
+/// Runs `commit` as one script that opens its transaction, checks with guards, writes and commits:
+/// one call to the connection's worker thread for the whole commit (see [`crate::Writer::run_script`]).
+async fn commit_in_one_call(writer: &mut crate::Writer, commit: &Commit) -> Result<OneCall> {
+    let mut sql = String::from("BEGIN IMMEDIATE;\n");
+    sql.push_str(&script(commit, Checks::Guards)?);
+    sql.push_str("COMMIT;");
+    match writer.run_script(sql).await {
+        Ok(()) => Ok(OneCall::Applied),
+        Err(sqlx::Error::Database(database)) if database.message().contains(GUARD_FAILED) => {
+            Ok(OneCall::CheckFailed)
+        }
+        Err(error) => Err(map("commit", commit.subject(), error)),
+    }
 }
 
 impl DurableStore for SqliteStorage {
@@ -218,13 +382,20 @@ impl DurableStore for SqliteStorage {
                 return Ok(());
             }
             let subject = commit.subject().to_owned();
-            let mut tx = self
-                .writer()
+            let mut writer = self.writer("commit", &subject).await?;
+            if let OneCall::Applied = commit_in_one_call(&mut writer, &commit).await? {
+                return Ok(());
+            }
+            // A check failed: again, statement by statement, to name what failed (the precise
+            // error), in a transaction of its own.
+            let mut tx = writer
+                .conn()
+                .await
                 .begin_with("BEGIN IMMEDIATE")
                 .await
                 .map_err(|error| map("commit", &subject, error))?;
             // On error `tx` is dropped unfinished, which rolls every part back.
-            apply(&mut tx, commit).await?;
+            apply(&mut tx, &commit).await?;
             tx.commit()
                 .await
                 .map_err(|error| map("commit", &subject, error))
@@ -233,9 +404,10 @@ impl DurableStore for SqliteStorage {
 
     fn record<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
         Box::pin(async move {
+            let mut reader = self.reader("record", key).await?;
             let row = sqlx::query("SELECT value FROM records WHERE key = ?1")
                 .bind(key)
-                .fetch_optional(self.readers())
+                .fetch_optional(reader.conn().await)
                 .await
                 .map_err(|error| map("record", key, error))?;
             row.map(|row| {
@@ -248,9 +420,10 @@ impl DurableStore for SqliteStorage {
 
     fn records<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Records>> {
         Box::pin(async move {
+            let mut reader = self.reader("records", prefix).await?;
             let rows = RECORDS
                 .query(prefix)
-                .fetch_all(self.readers())
+                .fetch_all(reader.conn().await)
                 .await
                 .map_err(|error| map("records", prefix, error))?;
             rows.iter()
@@ -270,12 +443,13 @@ impl DurableStore for SqliteStorage {
     fn read_log<'a>(&'a self, log: &'a str, from_seq: u64) -> BoxFuture<'a, Result<Vec<LogEntry>>> {
         Box::pin(async move {
             let from = i64::try_from(from_seq).unwrap_or(i64::MAX);
+            let mut reader = self.reader("read_log", log).await?;
             let rows = sqlx::query(
                 "SELECT seq, value FROM logs WHERE log = ?1 AND seq >= ?2 ORDER BY seq",
             )
             .bind(log)
             .bind(from)
-            .fetch_all(self.readers())
+            .fetch_all(reader.conn().await)
             .await
             .map_err(|error| map("read_log", log, error))?;
             rows.iter()
@@ -296,20 +470,18 @@ impl DurableStore for SqliteStorage {
 
     fn next_seq<'a>(&'a self, log: &'a str) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let mut conn = self
-                .readers()
-                .acquire()
-                .await
-                .map_err(|error| map("next_seq", log, error))?;
-            stored_next(&mut conn, "next_seq", log).await
+            let mut reader = self.reader("next_seq", log).await?;
+            stored_next(reader.conn().await, "next_seq", log).await
         })
     }
 
     fn acquire_lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Lease>> {
         Box::pin(async move {
             let name = request.name;
-            let mut tx = self
-                .writer()
+            let mut writer = self.writer("acquire_lease", name).await?;
+            let mut tx = writer
+                .conn()
+                .await
                 .begin_with("BEGIN IMMEDIATE")
                 .await
                 .map_err(|error| map("acquire_lease", name, error))?;
@@ -328,21 +500,18 @@ impl DurableStore for SqliteStorage {
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let name = lease.name.as_str();
-            let mut tx = self
-                .writer()
-                .begin_with("BEGIN IMMEDIATE")
-                .await
-                .map_err(|error| map("release_lease", name, error))?;
-            let Some(mut current) = stored_lease(&mut tx, "release_lease", name).await? else {
-                return Ok(());
-            };
-            if current.epoch == lease.epoch && current.holder == lease.holder {
-                // Expired rather than deleted, so the next grant's epoch is still higher than every
-                // epoch a fenced writer may hold.
-                current.expires_at_ms = 0;
-                write_lease(&mut tx, "release_lease", &current).await?;
-            }
-            tx.commit()
+            let epoch = to_i64("release_lease", name, lease.epoch)?;
+            // Expired rather than deleted, so the next grant's epoch is still higher than every
+            // epoch a fenced writer may hold; only by its holder at its epoch (else nothing).
+            let sql = format!(
+                "BEGIN IMMEDIATE;\nUPDATE leases SET expires_at_ms = 0 WHERE name = {} AND \
+                 epoch = {epoch} AND holder = {};\nCOMMIT;",
+                text(name),
+                text(&lease.holder),
+            );
+            let mut writer = self.writer("release_lease", name).await?;
+            writer
+                .run_script(sql)
                 .await
                 .map_err(|error| map("release_lease", name, error))
         })
@@ -350,9 +519,10 @@ impl DurableStore for SqliteStorage {
 
     fn runnable<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async move {
+            let mut reader = self.reader("runnable", prefix).await?;
             let rows = RUNNABLE
                 .query(prefix)
-                .fetch_all(self.readers())
+                .fetch_all(reader.conn().await)
                 .await
                 .map_err(|error| map("runnable", prefix, error))?;
             rows.iter()
@@ -366,12 +536,8 @@ impl DurableStore for SqliteStorage {
 
     fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>> {
         Box::pin(async move {
-            let mut conn = self
-                .readers()
-                .acquire()
-                .await
-                .map_err(|error| map("lease", name, error))?;
-            stored_lease(&mut conn, "lease", name).await
+            let mut reader = self.reader("lease", name).await?;
+            stored_lease(reader.conn().await, "lease", name).await
         })
     }
 }

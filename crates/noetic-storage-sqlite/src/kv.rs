@@ -3,8 +3,8 @@
 use futures_util::future::BoxFuture;
 use noetic_core::Result;
 use noetic_core::adapter::{StorageAdapter, StorageOp};
-use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
+use sqlx::{Connection, Row};
 
 use crate::error::{corrupt, map};
 use crate::{PrefixSql, SqliteStorage};
@@ -25,9 +25,10 @@ fn value(operation: &'static str, key: &str, row: &SqliteRow) -> Result<Vec<u8>>
 impl StorageAdapter for SqliteStorage {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
         Box::pin(async move {
+            let mut reader = self.reader("get", key).await?;
             let row = sqlx::query(GET)
                 .bind(key)
-                .fetch_optional(self.readers())
+                .fetch_optional(reader.conn().await)
                 .await
                 .map_err(|error| map("get", key, error))?;
             row.map(|row| value("get", key, &row)).transpose()
@@ -36,10 +37,11 @@ impl StorageAdapter for SqliteStorage {
 
     fn set<'a>(&'a self, key: &'a str, value: Vec<u8>) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            let mut writer = self.writer("set", key).await?;
             sqlx::query(SET)
                 .bind(key)
                 .bind(value)
-                .execute(self.writer())
+                .execute(writer.conn().await)
                 .await
                 .map_err(|error| map("set", key, error))?;
             Ok(())
@@ -48,9 +50,10 @@ impl StorageAdapter for SqliteStorage {
 
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            let mut writer = self.writer("delete", key).await?;
             sqlx::query(DELETE)
                 .bind(key)
-                .execute(self.writer())
+                .execute(writer.conn().await)
                 .await
                 .map_err(|error| map("delete", key, error))?;
             Ok(())
@@ -59,9 +62,10 @@ impl StorageAdapter for SqliteStorage {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async move {
+            let mut reader = self.reader("list", prefix).await?;
             let rows = LIST
                 .query(prefix)
-                .fetch_all(self.readers())
+                .fetch_all(reader.conn().await)
                 .await
                 .map_err(|error| map("list", prefix, error))?;
             rows.iter()
@@ -77,8 +81,10 @@ impl StorageAdapter for SqliteStorage {
         Box::pin(async move {
             let first = keys.first().map_or("", String::as_str);
             // One read transaction, so the values come from one snapshot.
-            let mut tx = self
-                .readers()
+            let mut reader = self.reader("get_many", first).await?;
+            let mut tx = reader
+                .conn()
+                .await
                 .begin()
                 .await
                 .map_err(|error| map("get_many", first, error))?;
@@ -103,8 +109,10 @@ impl StorageAdapter for SqliteStorage {
             let Some(first) = ops.first().map(|op| op.key().to_owned()) else {
                 return Ok(());
             };
-            let mut tx = self
-                .writer()
+            let mut writer = self.writer("batch", &first).await?;
+            let mut tx = writer
+                .conn()
+                .await
                 .begin_with("BEGIN IMMEDIATE")
                 .await
                 .map_err(|error| map("batch", &first, error))?;

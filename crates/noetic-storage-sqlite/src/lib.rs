@@ -42,8 +42,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use noetic_core::{Error, Result};
+use sqlx::ConnectOptions;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 
 /// How [`SqliteStorage::open_with`] opens a file.
@@ -98,12 +100,70 @@ pub struct SqliteStorage {
 }
 
 struct Inner {
-    /// The one connection that writes (a pool of size 1).
-    writer: SqlitePool,
-    /// Connections that only read; the writer itself for an in-memory database.
-    readers: SqlitePool,
+    /// The one connection that writes, held (not pooled: a pool's release pings the connection and
+    /// spawns a task, a thread hand-off each, on every write).
+    writer: tokio::sync::Mutex<Writer>,
+    /// Connections that only read; `None` for an in-memory database, whose reads take the writer.
+    readers: Option<SqlitePool>,
     /// The file (or in-memory name), for errors.
     location: String,
+}
+
+/// How long a write waits for the writer connection (other writes of this store ahead of it)
+/// before failing with `STORAGE_BUSY`: as long as a pool of one connection waited.
+const WRITER_WAIT: Duration = Duration::from_secs(60);
+
+/// The writer connection, and whether a one-call commit script may have left its transaction open.
+pub(crate) struct Writer {
+    conn: SqliteConnection,
+    /// Set while a script that opens and commits its own transaction runs; still set when its future
+    /// was dropped before it ended, so the next user rolls that transaction back first.
+    script_open: bool,
+}
+
+impl Writer {
+    /// The connection, any transaction a dropped script left open rolled back first.
+    pub(crate) async fn conn(&mut self) -> &mut SqliteConnection {
+        if self.script_open {
+            // "no transaction is active" when the script had ended after all: nothing to undo.
+            let _ = sqlx::raw_sql("ROLLBACK").execute(&mut self.conn).await;
+            self.script_open = false;
+        }
+        &mut self.conn
+    }
+
+    /// Runs `sql`, a script that opens its own transaction and commits it as its last statement, in
+    /// one call to the connection's worker thread. When a statement fails, the transaction is rolled
+    /// back before this returns the error; when this future is dropped first, by the next user of
+    /// the writer (see [`Writer::conn`]).
+    pub(crate) async fn run_script(&mut self, sql: String) -> std::result::Result<(), sqlx::Error> {
+        self.conn().await;
+        self.script_open = true;
+        let outcome = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut self.conn)
+            .await;
+        if outcome.is_err() {
+            // When the script failed at its BEGIN, "no transaction is active": nothing to undo.
+            let _ = sqlx::raw_sql("ROLLBACK").execute(&mut self.conn).await;
+        }
+        self.script_open = false;
+        outcome.map(|_| ())
+    }
+}
+
+/// A connection to read with: one of the readers, or the writer of an in-memory database.
+pub(crate) enum Reader<'a> {
+    Pooled(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    Writer(tokio::sync::MutexGuard<'a, Writer>),
+}
+
+impl Reader<'_> {
+    pub(crate) async fn conn(&mut self) -> &mut SqliteConnection {
+        match self {
+            Reader::Pooled(conn) => conn,
+            Reader::Writer(writer) => writer.conn().await,
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -167,26 +227,21 @@ impl SqliteStorage {
         if !options.read_only {
             connect = connect.journal_mode(SqliteJournalMode::Wal);
         }
-        let writer = pool(1)
-            .connect_with(connect.clone())
+        let mut writer = connect
+            .connect()
             .await
             .map_err(|error| error::map("open", &location, error))?;
         if options.read_only {
-            schema::check(&writer, &location).await?;
+            schema::check(&mut writer, &location).await?;
         } else {
-            schema::migrate(&writer, &location).await?;
+            schema::migrate(&mut writer, &location).await?;
+            durable::create_guard(&mut writer, &location).await?;
         }
         let readers = pool(options.readers.max(1))
             .connect_with(connect)
             .await
             .map_err(|error| error::map("open", &location, error))?;
-        Ok(SqliteStorage {
-            inner: Arc::new(Inner {
-                writer,
-                readers,
-                location,
-            }),
-        })
+        Ok(SqliteStorage::new(writer, Some(readers), location))
     }
 
     /// A private in-memory database, gone when the last clone is dropped. One connection serves
@@ -209,22 +264,14 @@ impl SqliteStorage {
             .in_memory(true)
             .shared_cache(true)
             .foreign_keys(true);
-        // The database lives as long as a connection to it: keep the one connection forever.
-        let writer = pool(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(connect)
+        // The database lives as long as a connection to it: the store keeps its one connection.
+        let mut writer = connect
+            .connect()
             .await
             .map_err(|error| error::map("open", &location, error))?;
-        schema::migrate(&writer, &location).await?;
-        Ok(SqliteStorage {
-            inner: Arc::new(Inner {
-                readers: writer.clone(),
-                writer,
-                location,
-            }),
-        })
+        schema::migrate(&mut writer, &location).await?;
+        durable::create_guard(&mut writer, &location).await?;
+        Ok(SqliteStorage::new(writer, None, location))
     }
 
     /// The file this database is stored in (or its in-memory name).
@@ -232,12 +279,46 @@ impl SqliteStorage {
         &self.inner.location
     }
 
-    pub(crate) fn writer(&self) -> &SqlitePool {
-        &self.inner.writer
+    fn new(writer: SqliteConnection, readers: Option<SqlitePool>, location: String) -> Self {
+        SqliteStorage {
+            inner: Arc::new(Inner {
+                writer: tokio::sync::Mutex::new(Writer {
+                    conn: writer,
+                    script_open: false,
+                }),
+                readers,
+                location,
+            }),
+        }
     }
 
-    pub(crate) fn readers(&self) -> &SqlitePool {
-        &self.inner.readers
+    /// The writer connection, waiting at most [`WRITER_WAIT`] for the writes ahead.
+    ///
+    /// # Errors
+    /// `STORAGE_BUSY` naming `operation` and `key` when the wait runs out.
+    pub(crate) async fn writer(
+        &self,
+        operation: &'static str,
+        key: &str,
+    ) -> Result<tokio::sync::MutexGuard<'_, Writer>> {
+        tokio::time::timeout(WRITER_WAIT, self.inner.writer.lock())
+            .await
+            .map_err(|_| error::map(operation, key, sqlx::Error::PoolTimedOut))
+    }
+
+    /// A connection to read with.
+    ///
+    /// # Errors
+    /// `STORAGE_BUSY` when none frees up in time; `STORAGE_ERROR` when one cannot be opened.
+    pub(crate) async fn reader(&self, operation: &'static str, key: &str) -> Result<Reader<'_>> {
+        match &self.inner.readers {
+            Some(pool) => pool
+                .acquire()
+                .await
+                .map(Reader::Pooled)
+                .map_err(|error| error::map(operation, key, error)),
+            None => self.writer(operation, key).await.map(Reader::Writer),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use noetic_core::Result;
-use sqlx::SqlitePool;
+use sqlx::SqliteConnection;
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 
 use crate::error::{self, SchemaUnknown};
@@ -32,12 +32,12 @@ fn migrations() -> Vec<Migration> {
 }
 
 /// Runs the pending migrations on `writer`.
-pub(crate) async fn migrate(writer: &SqlitePool, location: &str) -> Result<()> {
+pub(crate) async fn migrate(writer: &mut SqliteConnection, location: &str) -> Result<()> {
     let migrator = Migrator::with_migrations(migrations());
-    let mut outcome = migrator.run(writer).await;
+    let mut outcome = migrator.run_direct(None, &mut *writer, false).await;
     if let Err(MigrateError::Execute(_) | MigrateError::ExecuteMigration(..)) = &outcome {
         // Another process may have migrated the file between our look and our write: look again.
-        outcome = migrator.run(writer).await;
+        outcome = migrator.run_direct(None, &mut *writer, false).await;
     }
     outcome.map_err(|failure| match failure {
         MigrateError::VersionMissing(version) | MigrateError::VersionNotPresent(version) => {
@@ -69,10 +69,10 @@ pub(crate) async fn migrate(writer: &SqlitePool, location: &str) -> Result<()> {
 }
 
 /// Checks, without writing, that every migration applied to the file is one this version knows.
-pub(crate) async fn check(pool: &SqlitePool, location: &str) -> Result<()> {
+pub(crate) async fn check(conn: &mut SqliteConnection, location: &str) -> Result<()> {
     let applied: Vec<(i64,)> =
         sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-            .fetch_all(pool)
+            .fetch_all(conn)
             .await
             .map_err(|source| error::map("open", location, source))?;
     let known = migrations();

@@ -6,4 +6,5 @@
 mod conformance;
 mod corrupt;
 mod files;
+mod script;
 mod support;
