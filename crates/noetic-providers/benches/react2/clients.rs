@@ -7,6 +7,7 @@
 //! All count their HTTP requests and report to a [`Gauge`] when a turn's answer request starts and when
 //! the turn ends, so the memory measurement can show how many turns were live at once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,10 +20,12 @@ use noetic_core::{
     ToolError, call_model, loop_step, until,
 };
 use noetic_providers::{OpenResponses, RetryConfig, SseDecoder};
+use noetic_storage_sqlite::SqliteStorage;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{HOLD_HEADER, INSTRUCTIONS, MODEL, QUESTION};
+use crate::census::{Census, Tally};
+use crate::{INSTRUCTIONS, MODEL, QUESTION};
 
 /// Which client a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,11 +104,13 @@ enum Inner {
     Sessions {
         harness: AgentHarness,
         threads: AtomicUsize,
+        /// The durable client's store, counting what passes through it.
+        census: Option<Arc<Census<SqliteStorage>>>,
     },
     Bare {
         http: reqwest::Client,
         url: String,
-        hold: bool,
+        header: Option<&'static str>,
         tools: Value,
     },
 }
@@ -121,8 +126,10 @@ fn lookup(query: &str) -> String {
 }
 
 impl Client {
-    /// A client of the server at `base_url`; `hold` asks the server to hold each answer open.
-    pub(crate) async fn new(kind: Kind, base_url: &str, hold: bool) -> Client {
+    /// A client of the server at `base_url`; `header`, when given, is sent (set to `1`) with every
+    /// request: [`crate::HOLD_HEADER`] asks the server to hold each answer open, [`crate::PACE_HEADER`] to pace
+    /// every event.
+    pub(crate) async fn new(kind: Kind, base_url: &str, header: Option<&'static str>) -> Client {
         let requests = Arc::new(AtomicUsize::new(0));
         let gauge = Arc::new(Gauge::default());
         let inner = match kind {
@@ -130,8 +137,8 @@ impl Client {
                 let mut provider = OpenResponses::builder(base_url)
                     .name("bench")
                     .retry(RetryConfig::none());
-                if hold {
-                    provider = provider.header(HOLD_HEADER, "1");
+                if let Some(header) = header {
+                    provider = provider.header(header, "1");
                 }
                 let provider = Counting {
                     inner: provider.build().expect("provider"),
@@ -158,15 +165,18 @@ impl Client {
                     ]))
                     .build();
                 let mut builder = AgentHarness::builder("react2").provider("bench", provider);
+                let mut census = None;
                 if kind == Kind::Durable {
                     let path = std::env::temp_dir()
                         .join(format!("noetic-react2-{}.db", std::process::id()));
                     for suffix in ["", "-wal", "-shm"] {
                         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
                     }
-                    let store = noetic_storage_sqlite::SqliteStorage::open(&path)
+                    let store = SqliteStorage::open(&path)
                         .await
                         .expect("a SQLite store in the temp dir");
+                    let store = Arc::new(Census::new(store));
+                    census = Some(Arc::clone(&store));
                     builder = builder.durable(store);
                 }
                 if kind != Kind::Framework {
@@ -174,6 +184,7 @@ impl Client {
                     Inner::Sessions {
                         harness,
                         threads: AtomicUsize::new(0),
+                        census,
                     }
                 } else {
                     let harness = builder.build().expect("harness");
@@ -196,7 +207,7 @@ impl Client {
                 Inner::Bare {
                     http,
                     url: format!("{}/responses", base_url.trim_end_matches('/')),
-                    hold,
+                    header,
                     tools,
                 }
             }
@@ -241,6 +252,17 @@ impl Client {
         }
     }
 
+    /// For the durable client: what its store has been asked so far, by operation and kind.
+    pub(crate) fn census(&self) -> Option<BTreeMap<String, Tally>> {
+        match &self.inner {
+            Inner::Sessions {
+                census: Some(census),
+                ..
+            } => Some(census.tallies()),
+            _ => None,
+        }
+    }
+
     /// Runs one turn on a fresh context; returns the answer's length.
     ///
     /// # Errors
@@ -255,7 +277,9 @@ impl Client {
                     .await
                     .map_err(|error| error.to_string())
             }
-            Inner::Sessions { harness, threads } => {
+            Inner::Sessions {
+                harness, threads, ..
+            } => {
                 let thread = format!("thread-{}", threads.fetch_add(1, Ordering::SeqCst));
                 let scope = Scope::thread(thread.clone());
                 match harness
@@ -273,9 +297,9 @@ impl Client {
             Inner::Bare {
                 http,
                 url,
-                hold,
+                header,
                 tools,
-            } => self.bare_turn(http, url, *hold, tools).await,
+            } => self.bare_turn(http, url, *header, tools).await,
         };
         self.gauge.turn_ended();
         let answer = answer?;
@@ -290,7 +314,7 @@ impl Client {
         &self,
         http: &reqwest::Client,
         url: &str,
-        hold: bool,
+        header: Option<&'static str>,
         tools: &Value,
     ) -> Result<String, String> {
         let user = json!({"type": "message", "role": "user", "content": QUESTION});
@@ -303,7 +327,7 @@ impl Client {
             tools,
             stream: true,
         };
-        self.post(http, url, hold, &first, |mut event| {
+        self.post(http, url, header, &first, |mut event| {
             if event_type(&event) == Some("response.output_item.done")
                 && event.pointer("/item/type").and_then(Value::as_str) == Some("function_call")
             {
@@ -333,7 +357,7 @@ impl Client {
         };
         self.gauge.answer_started();
         let mut answer = String::new();
-        self.post(http, url, hold, &second, |event| {
+        self.post(http, url, header, &second, |event| {
             if event_type(&event) == Some("response.output_text.delta")
                 && let Some(delta) = event.get("delta").and_then(Value::as_str)
             {
@@ -349,7 +373,7 @@ impl Client {
         &self,
         http: &reqwest::Client,
         url: &str,
-        hold: bool,
+        header: Option<&'static str>,
         body: &Body<'_>,
         mut on_event: impl FnMut(Value),
     ) -> Result<(), String> {
@@ -360,8 +384,8 @@ impl Client {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .body(body);
-        if hold {
-            request = request.header(HOLD_HEADER, "1");
+        if let Some(header) = header {
+            request = request.header(header, "1");
         }
         let response = request.send().await.map_err(|error| error.to_string())?;
         if !response.status().is_success() {

@@ -8,6 +8,8 @@
 //!   calibrated to about 1.5 s of CPU), `NOETIC_BENCH_RUNS` runs (default 5);
 //! - `concurrent`: batches of 1,000 turns spawned at once, enough batches per run for about 1 s of CPU,
 //!   after two warm-up batches;
+//! - `paced`: as `concurrent`, every event of every stream paced (its own frame, 20 ms apart), so
+//!   the 1,000 turns of a batch are live at once and their events arrive one by one;
 //! - `memory` (one client): RSS before, and the peak while 1,000 turns are live at once, their answers
 //!   held open by the server. Run in a fresh process so that no earlier measurement has grown the heap.
 //! - `idle` (one client): RSS before and after [`IDLE_TURNS`] turns one after another; for the
@@ -19,10 +21,12 @@
 //! CPU is the whole process's (utime + stime from `/proc/self/stat`, 10 ms granularity, hence runs of
 //! at least about 1 s of CPU); every run happens on a multi-thread runtime with 2 workers.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::census::Tally;
 use crate::clients::{Client, Kind};
 use crate::{CLIENT_VAR, CONCURRENT, MODE_VAR, RUNS_VAR, TURNS_VAR, URL_VAR};
 
@@ -47,9 +51,29 @@ struct Sample {
     wall: Duration,
     turns: usize,
     errors: usize,
+    /// Allocations (and reallocations) during the run, and the bytes they asked for.
+    allocations: usize,
+    allocated: usize,
+}
+
+/// Allocations and bytes allocated so far by the whole process.
+fn allocations() -> (usize, usize) {
+    let stats = crate::ALLOCATOR.stats();
+    (
+        stats.allocations + stats.reallocations,
+        stats.bytes_allocated,
+    )
 }
 
 impl Sample {
+    fn allocations_per_turn(&self) -> f64 {
+        self.allocations as f64 / self.turns as f64
+    }
+
+    fn allocated_per_turn(&self) -> f64 {
+        self.allocated as f64 / self.turns as f64
+    }
+
     fn cpu_us(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.turns as f64
     }
@@ -89,21 +113,26 @@ pub(crate) fn client_role() {
         .enable_all()
         .build()
         .expect("client runtime");
-    let hold = mode == "memory";
+    let header = match mode.as_str() {
+        "memory" => Some(crate::HOLD_HEADER),
+        "paced" => Some(crate::PACE_HEADER),
+        _ => None,
+    };
     let clients: Vec<Arc<Client>> = runtime.block_on(async {
         let mut clients = Vec::new();
         for kind in &kinds {
-            clients.push(Arc::new(Client::new(*kind, &url, hold).await));
+            clients.push(Arc::new(Client::new(*kind, &url, header).await));
         }
         clients
     });
     match mode.as_str() {
         "cpu" => {
             sequential_runs(&runtime, &clients, runs, turns);
-            concurrent_runs(&runtime, &clients, runs);
+            concurrent_runs(&runtime, &clients, runs, "concurrent");
         }
         "sequential" => sequential_runs(&runtime, &clients, runs, turns),
-        "concurrent" => concurrent_runs(&runtime, &clients, runs),
+        "concurrent" => concurrent_runs(&runtime, &clients, runs, "concurrent"),
+        "paced" => concurrent_runs(&runtime, &clients, runs, "paced"),
         "memory" => {
             assert_eq!(clients.len(), 1, "memory mode measures one client");
             memory(&runtime, &clients[0]);
@@ -113,7 +142,9 @@ pub(crate) fn client_role() {
             idle(&runtime, &clients[0]);
         }
         other => {
-            panic!("{MODE_VAR} must be cpu, sequential, concurrent, memory or idle, not {other}")
+            panic!(
+                "{MODE_VAR} must be cpu, sequential, concurrent, paced, memory or idle, not {other}"
+            )
         }
     }
     for client in &clients {
@@ -161,18 +192,55 @@ fn sequential_runs(
             })
         })
         .collect();
+    let censuses: Vec<_> = clients.iter().map(|client| client.census()).collect();
     let mut samples: Vec<Vec<Sample>> = clients.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
         for (index, client) in clients.iter().enumerate() {
             samples[index].push(sequential(runtime, client, lengths[index]));
         }
     }
-    for (client, samples) in clients.iter().zip(&mut samples) {
+    for ((client, samples), before) in clients.iter().zip(&mut samples).zip(censuses) {
+        let turns: usize = samples.iter().map(|sample| sample.turns).sum();
         report(client.kind(), "sequential", samples, "");
+        if let (Some(before), Some(after)) = (before, client.census()) {
+            report_census(client.kind(), &before, &after, turns);
+        }
     }
 }
 
-fn concurrent_runs(runtime: &tokio::runtime::Runtime, clients: &[Arc<Client>], runs: usize) {
+/// Prints what the store was asked per turn between `before` and `after`, one line per operation and
+/// kind of key (`op=put:exec/*/checkpoint`).
+fn report_census(
+    kind: Kind,
+    before: &BTreeMap<String, Tally>,
+    after: &BTreeMap<String, Tally>,
+    turns: usize,
+) {
+    let per_turn = |value: u64| value as f64 / turns.max(1) as f64;
+    for (name, tally) in after {
+        let earlier = before.get(name).copied().unwrap_or_default();
+        let calls = tally.calls - earlier.calls;
+        if calls == 0 {
+            continue;
+        }
+        println!(
+            "RESULT client={} case=store op={} calls={:.2} rows={:.2} bytes={:.0}",
+            kind.name(),
+            name.replace(' ', ":"),
+            per_turn(calls),
+            per_turn(tally.rows - earlier.rows),
+            per_turn(tally.bytes - earlier.bytes),
+        );
+    }
+}
+
+/// Concurrent runs, reported as `case`.
+fn concurrent_runs(
+    runtime: &tokio::runtime::Runtime,
+    clients: &[Arc<Client>],
+    runs: usize,
+    case: &str,
+) {
     // Two warm-up batches: the first opens the connections a batch needs (so the measured batches reuse
     // a warm pool, as a long-running service would), the second sizes the runs.
     let batches: Vec<usize> = clients
@@ -200,7 +268,7 @@ fn concurrent_runs(runtime: &tokio::runtime::Runtime, clients: &[Arc<Client>], r
         let errors: usize = samples.iter().map(|sample| sample.errors).sum();
         report(
             client.kind(),
-            "concurrent",
+            case,
             samples,
             &format!(" batches={batches} errors={errors}"),
         );
@@ -220,7 +288,7 @@ fn report(kind: Kind, case: &str, samples: &mut [Sample], extra: &str) {
     };
     println!(
         "RESULT client={} case={case} turns={} runs={} cpu_us={:.1} cpu_us_min={:.1} cpu_us_max={:.1} \
-         wall_us={:.1} cpu_s={:.2}{extra}",
+         wall_us={:.1} cpu_s={:.2} allocations={:.0} allocated_bytes={:.0}{extra}",
         kind.name(),
         median.turns,
         samples.len(),
@@ -229,12 +297,15 @@ fn report(kind: Kind, case: &str, samples: &mut [Sample], extra: &str) {
         high.cpu_us(),
         median.wall_us(),
         median.cpu.as_secs_f64(),
+        median.allocations_per_turn(),
+        median.allocated_per_turn(),
     );
 }
 
 /// `turns` turns one after the other in one spawned task.
 fn sequential(runtime: &tokio::runtime::Runtime, client: &Arc<Client>, turns: usize) -> Sample {
     let task_client = Arc::clone(client);
+    let alloc_start = allocations();
     let cpu_start = process_cpu();
     let started = Instant::now();
     let outcome = runtime.block_on(async move {
@@ -248,6 +319,7 @@ fn sequential(runtime: &tokio::runtime::Runtime, client: &Arc<Client>, turns: us
     });
     let wall = started.elapsed();
     let cpu = process_cpu().saturating_sub(cpu_start);
+    let alloc_end = allocations();
     let name = client.kind().name();
     match outcome {
         Ok(Ok(Ok(()))) => {}
@@ -260,6 +332,8 @@ fn sequential(runtime: &tokio::runtime::Runtime, client: &Arc<Client>, turns: us
         wall,
         turns,
         errors: 0,
+        allocations: alloc_end.0 - alloc_start.0,
+        allocated: alloc_end.1 - alloc_start.1,
     }
 }
 
@@ -272,6 +346,7 @@ fn concurrent(
     batches: usize,
 ) -> Sample {
     let batch_client = Arc::clone(client);
+    let alloc_start = allocations();
     let cpu_start = process_cpu();
     let started = Instant::now();
     let outcome = runtime.block_on(async move {
@@ -301,6 +376,7 @@ fn concurrent(
     });
     let wall = started.elapsed();
     let cpu = process_cpu().saturating_sub(cpu_start);
+    let alloc_end = allocations();
     let name = client.kind().name();
     let (errors, first_error) = outcome.unwrap_or_else(|_| {
         panic!("{name}: {batches} × {turns} concurrent turns took over {RUN_TIMEOUT:?}")
@@ -316,6 +392,8 @@ fn concurrent(
         wall,
         turns: batches * turns,
         errors,
+        allocations: alloc_end.0 - alloc_start.0,
+        allocated: alloc_end.1 - alloc_start.1,
     }
 }
 

@@ -5,7 +5,8 @@
 //! framed as OpenResponses streams (`response.created`, `response.output_item.added`, the deltas,
 //! `response.output_item.done`, `response.completed` with usage, then `data: [DONE]`). A request with the
 //! [`HOLD_HEADER`] gets its answer in [`HOLD_CHUNK_BYTES`]-byte chunks [`HOLD_DELAY`] apart, so that many
-//! turns are live at once for the memory measurement.
+//! turns are live at once for the memory measurement. A request with the [`PACE_HEADER`] gets every
+//! event in a frame of its own, [`PACE_DELAY`] apart, as a model generating tokens streams.
 //!
 //! The process prints its base URL on stdout, answers `count` on stdin with the number of requests it
 //! has received, and exits when stdin closes (so it cannot outlive the bench).
@@ -16,7 +17,9 @@ use std::time::Duration;
 use noetic_test_support::{MockReply, MockServer, RecordedHttpRequest};
 use serde_json::{Value, json};
 
-use crate::{ANSWER_DELTAS, ANSWER_WORDS, HOLD_HEADER, LOOKUP_ARGUMENTS, MODEL};
+use crate::{
+    ANSWER_DELTAS, ANSWER_WORDS, HOLD_HEADER, LOOKUP_ARGUMENTS, MODEL, PACE_DELAY, PACE_HEADER,
+};
 
 /// The chunk size of a held answer (an answer is about 11 KB: 44 chunks).
 pub(crate) const HOLD_CHUNK_BYTES: usize = 256;
@@ -40,9 +43,23 @@ pub(crate) fn serve() {
         .clone()
         .chunk_size(HOLD_CHUNK_BYTES)
         .delay_between_chunks(HOLD_DELAY);
+    let pace = |reply: &MockReply| {
+        reply
+            .clone()
+            .frame_per_event()
+            .delay_between_chunks(PACE_DELAY)
+    };
+    let (paced_tool_call, paced_answer) = (pace(&tool_call), pace(&answer));
     server.set_responder(move |request: &RecordedHttpRequest| {
+        let paced = request.header(PACE_HEADER).is_some();
         if !has_tool_output(&request.body) {
-            tool_call.clone()
+            if paced {
+                paced_tool_call.clone()
+            } else {
+                tool_call.clone()
+            }
+        } else if paced {
+            paced_answer.clone()
         } else if request.header(HOLD_HEADER).is_some() {
             held.clone()
         } else {

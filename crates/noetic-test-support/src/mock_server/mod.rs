@@ -102,6 +102,7 @@ pub struct MockReply {
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Bytes,
     chunk_size: Option<usize>,
+    frame_per_event: bool,
     delay_between_chunks: Option<Duration>,
     without_terminal_event: bool,
     malformed_after: Option<usize>,
@@ -375,6 +376,14 @@ impl MockReply {
         self
     }
 
+    /// Sends each SSE event as its own HTTP body frame, flushed on its own (with
+    /// [`delay_between_chunks`](Self::delay_between_chunks): a stream paced event by event, as a model
+    /// generating tokens sends it). Overrides [`chunk_size`](Self::chunk_size).
+    pub fn frame_per_event(mut self) -> Self {
+        self.frame_per_event = true;
+        self
+    }
+
     /// Waits `delay` between two chunks (not before the first).
     pub fn delay_between_chunks(mut self, delay: Duration) -> Self {
         self.delay_between_chunks = Some(delay);
@@ -428,6 +437,7 @@ impl fmt::Debug for MockReply {
             .field("headers", &self.headers)
             .field("body_bytes", &self.body.len())
             .field("chunk_size", &self.chunk_size)
+            .field("frame_per_event", &self.frame_per_event)
             .field("delay_between_chunks", &self.delay_between_chunks)
             .field("without_terminal_event", &self.without_terminal_event)
             .field("malformed_after", &self.malformed_after)
@@ -528,6 +538,7 @@ impl MockReply {
             headers: vec![(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
             body,
             chunk_size: None,
+            frame_per_event: false,
             delay_between_chunks: None,
             without_terminal_event: false,
             malformed_after: None,
@@ -540,6 +551,13 @@ impl MockReply {
         let (body, ending) = self.faulted_body();
         let frames = match self.chunk_size {
             _ if body.is_empty() => Vec::new(),
+            _ if self.frame_per_event => {
+                let SplitBody { mut events, tail } = split_events(&body);
+                if !tail.is_empty() {
+                    events.push(tail);
+                }
+                events
+            }
             Some(size) if size < body.len() => (0..body.len())
                 .step_by(size)
                 .map(|start| body.slice(start..(start + size).min(body.len())))
@@ -556,7 +574,7 @@ impl MockReply {
             frames,
             ending,
             delay: self.delay_between_chunks,
-            yield_between_frames: self.chunk_size.is_some(),
+            yield_between_frames: self.chunk_size.is_some() || self.frame_per_event,
         }
     }
 

@@ -262,6 +262,33 @@ async fn delay_between_chunks_paces_the_body() {
     assert!(started.elapsed() >= Duration::from_millis(40));
 }
 
+#[tokio::test]
+async fn frame_per_event_sends_each_event_in_a_frame_of_its_own() {
+    let server = MockServer::start().await;
+    server.push(
+        MockReply::sse_events([json!({"a": 1}), json!({"b": "x"})])
+            .frame_per_event()
+            .delay_between_chunks(Duration::from_millis(20)),
+    );
+    let started = Instant::now();
+    let reply = post(&server).await;
+    let frames: Vec<String> = reply
+        .frames
+        .iter()
+        .map(|frame| String::from_utf8(frame.clone()).expect("utf-8"))
+        .collect();
+    assert_eq!(
+        frames,
+        [
+            data_events(&[r#"{"a":1}"#]),
+            data_events(&[r#"{"b":"x"}"#]),
+            data_events(&["[DONE]"])
+        ]
+    );
+    // Two delays between three events.
+    assert!(started.elapsed() >= Duration::from_millis(40));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Fixtures.
 
