@@ -17,9 +17,6 @@ use crate::error::{corrupt, map};
 use crate::{PrefixSql, SqliteStorage, to_i64};
 
 const LEASE_GET: &str = "SELECT holder, epoch, expires_at_ms FROM leases WHERE name = ?1";
-const LEASE_SET: &str = "INSERT INTO leases (name, holder, epoch, expires_at_ms) VALUES (?1, ?2, ?3, ?4) \
-     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, \
-     expires_at_ms = excluded.expires_at_ms";
 const HEAD_GET: &str = "SELECT next_seq FROM log_heads WHERE log = ?1";
 
 /// Decodes a lease row of `name`.
@@ -45,22 +42,6 @@ async fn stored_lease(
         .await
         .map_err(|error| map(operation, name, error))?;
     row.map(|row| lease_row(name, &row)).transpose()
-}
-
-async fn write_lease(
-    conn: &mut SqliteConnection,
-    operation: &'static str,
-    lease: &Lease,
-) -> Result<()> {
-    sqlx::query(LEASE_SET)
-        .bind(lease.name.as_str())
-        .bind(lease.holder.as_str())
-        .bind(to_i64(operation, &lease.name, lease.epoch)?)
-        .bind(to_i64(operation, &lease.name, lease.expires_at_ms)?)
-        .execute(conn)
-        .await
-        .map_err(|error| map(operation, &lease.name, error))?;
-    Ok(())
 }
 
 async fn stored_next(
@@ -478,21 +459,51 @@ impl DurableStore for SqliteStorage {
     fn acquire_lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Lease>> {
         Box::pin(async move {
             let name = request.name;
+            let bad = |error| map("acquire_lease", name, error);
+            // Two calls: open the transaction and read the lease; then write and commit.
             let mut writer = self.writer("acquire_lease", name).await?;
-            let mut tx = writer
-                .conn()
+            let rows = writer
+                .open_script(format!(
+                    "BEGIN IMMEDIATE;\nSELECT holder, epoch, expires_at_ms FROM leases WHERE name = {}",
+                    text(name)
+                ))
                 .await
-                .begin_with("BEGIN IMMEDIATE")
-                .await
-                .map_err(|error| map("acquire_lease", name, error))?;
-            let current = stored_lease(&mut tx, "acquire_lease", name).await?;
-            let lease = decide_lease(current.as_ref(), &request)?;
-            if current.as_ref() != Some(&lease) {
-                write_lease(&mut tx, "acquire_lease", &lease).await?;
-            }
-            tx.commit()
-                .await
-                .map_err(|error| map("acquire_lease", name, error))?;
+                .map_err(bad)?;
+            // What to write to end it; on any error the transaction is rolled back at once (it
+            // holds the file's write lock).
+            let decided = rows
+                .first()
+                .map(|row| lease_row(name, row))
+                .transpose()
+                .and_then(|current| {
+                    let lease = decide_lease(current.as_ref(), &request)?;
+                    let mut end = String::new();
+                    if current.as_ref() != Some(&lease) {
+                        end = format!(
+                            "INSERT INTO leases (name, holder, epoch, expires_at_ms) \
+                             VALUES ({}, {}, {}, {}) ON CONFLICT (name) DO UPDATE SET \
+                             holder = excluded.holder, epoch = excluded.epoch, \
+                             expires_at_ms = excluded.expires_at_ms;\n",
+                            text(name),
+                            text(&lease.holder),
+                            to_i64("acquire_lease", name, lease.epoch)?,
+                            to_i64("acquire_lease", name, lease.expires_at_ms)?,
+                        );
+                    }
+                    end.push_str("COMMIT;");
+                    Ok((lease, end))
+                });
+            let (lease, end) = match decided {
+                Ok(decided) => decided,
+                Err(error) => {
+                    writer
+                        .end_script("ROLLBACK".to_owned())
+                        .await
+                        .map_err(bad)?;
+                    return Err(error);
+                }
+            };
+            writer.end_script(end).await.map_err(bad)?;
             Ok(lease)
         })
     }

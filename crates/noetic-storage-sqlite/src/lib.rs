@@ -21,7 +21,7 @@
 //!
 //! The file is opened in WAL mode with `synchronous=NORMAL` and foreign keys on; its tables are created
 //! by embedded migrations on open. Writes go through ONE writer connection, each as one
-//! `BEGIN IMMEDIATE` transaction; reads use a small pool of reader connections, which WAL lets run
+//! `BEGIN IMMEDIATE` transaction; reads use a few held reader connections, which WAL lets run
 //! beside the writer. Every decision that must hold between writers (an append's exact sequence number,
 //! a commit's lease fence, granting a lease) is made inside the writing transaction, so it holds across
 //! processes sharing the file as well as between two `SqliteStorage` values in one process.
@@ -43,10 +43,7 @@ use std::time::Duration;
 
 use noetic_core::{Error, Result};
 use sqlx::ConnectOptions;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 
 /// How [`SqliteStorage::open_with`] opens a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,8 +100,11 @@ struct Inner {
     /// The one connection that writes, held (not pooled: a pool's release pings the connection and
     /// spawns a task, a thread hand-off each, on every write).
     writer: tokio::sync::Mutex<Writer>,
-    /// Connections that only read; `None` for an in-memory database, whose reads take the writer.
-    readers: Option<SqlitePool>,
+    /// Connections that only read, held like the writer (the first free one serves a read); none for
+    /// an in-memory database, whose reads take the writer.
+    readers: Vec<tokio::sync::Mutex<SqliteConnection>>,
+    /// The reader a read waits for when none is free (round robin).
+    next_reader: AtomicU64,
     /// The file (or in-memory name), for errors.
     location: String,
 }
@@ -139,6 +139,32 @@ impl Writer {
     pub(crate) async fn run_script(&mut self, sql: String) -> std::result::Result<(), sqlx::Error> {
         self.conn().await;
         self.script_open = true;
+        self.end_script(sql).await
+    }
+
+    /// Runs `sql`, a script that opens a transaction and reads, and returns its rows with the
+    /// transaction still open: the caller ends it with [`Writer::end_script`] (its writes and
+    /// `COMMIT`, or `ROLLBACK`). On an error the transaction is rolled back first.
+    pub(crate) async fn open_script(
+        &mut self,
+        sql: String,
+    ) -> std::result::Result<Vec<sqlx::sqlite::SqliteRow>, sqlx::Error> {
+        self.conn().await;
+        self.script_open = true;
+        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut self.conn)
+            .await;
+        if rows.is_err() {
+            // When the script failed at its BEGIN, "no transaction is active": nothing to undo.
+            let _ = sqlx::raw_sql("ROLLBACK").execute(&mut self.conn).await;
+            self.script_open = false;
+        }
+        rows
+    }
+
+    /// Runs `sql`, the end of a transaction [`Writer::open_script`] left open (or a whole script, from
+    /// [`Writer::run_script`]), rolling it back when a statement fails.
+    pub(crate) async fn end_script(&mut self, sql: String) -> std::result::Result<(), sqlx::Error> {
         let outcome = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
             .execute(&mut self.conn)
             .await;
@@ -153,14 +179,14 @@ impl Writer {
 
 /// A connection to read with: one of the readers, or the writer of an in-memory database.
 pub(crate) enum Reader<'a> {
-    Pooled(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    Held(tokio::sync::MutexGuard<'a, SqliteConnection>),
     Writer(tokio::sync::MutexGuard<'a, Writer>),
 }
 
 impl Reader<'_> {
     pub(crate) async fn conn(&mut self) -> &mut SqliteConnection {
         match self {
-            Reader::Pooled(conn) => conn,
+            Reader::Held(conn) => conn,
             Reader::Writer(writer) => writer.conn().await,
         }
     }
@@ -237,11 +263,15 @@ impl SqliteStorage {
             schema::migrate(&mut writer, &location).await?;
             durable::create_guard(&mut writer, &location).await?;
         }
-        let readers = pool(options.readers.max(1))
-            .connect_with(connect)
-            .await
-            .map_err(|error| error::map("open", &location, error))?;
-        Ok(SqliteStorage::new(writer, Some(readers), location))
+        let mut readers = Vec::new();
+        for _ in 0..options.readers.max(1) {
+            let reader = connect
+                .connect()
+                .await
+                .map_err(|error| error::map("open", &location, error))?;
+            readers.push(reader);
+        }
+        Ok(SqliteStorage::new(writer, readers, location))
     }
 
     /// A private in-memory database, gone when the last clone is dropped. One connection serves
@@ -271,7 +301,7 @@ impl SqliteStorage {
             .map_err(|error| error::map("open", &location, error))?;
         schema::migrate(&mut writer, &location).await?;
         durable::create_guard(&mut writer, &location).await?;
-        Ok(SqliteStorage::new(writer, None, location))
+        Ok(SqliteStorage::new(writer, Vec::new(), location))
     }
 
     /// The file this database is stored in (or its in-memory name).
@@ -279,14 +309,15 @@ impl SqliteStorage {
         &self.inner.location
     }
 
-    fn new(writer: SqliteConnection, readers: Option<SqlitePool>, location: String) -> Self {
+    fn new(writer: SqliteConnection, readers: Vec<SqliteConnection>, location: String) -> Self {
         SqliteStorage {
             inner: Arc::new(Inner {
                 writer: tokio::sync::Mutex::new(Writer {
                     conn: writer,
                     script_open: false,
                 }),
-                readers,
+                readers: readers.into_iter().map(tokio::sync::Mutex::new).collect(),
+                next_reader: AtomicU64::new(0),
                 location,
             }),
         }
@@ -306,27 +337,26 @@ impl SqliteStorage {
             .map_err(|_| error::map(operation, key, sqlx::Error::PoolTimedOut))
     }
 
-    /// A connection to read with.
+    /// A connection to read with: the first free reader, else the next one in turn once it frees
+    /// up (at most [`WRITER_WAIT`]).
     ///
     /// # Errors
-    /// `STORAGE_BUSY` when none frees up in time; `STORAGE_ERROR` when one cannot be opened.
+    /// `STORAGE_BUSY` when the wait runs out.
     pub(crate) async fn reader(&self, operation: &'static str, key: &str) -> Result<Reader<'_>> {
-        match &self.inner.readers {
-            Some(pool) => pool
-                .acquire()
-                .await
-                .map(Reader::Pooled)
-                .map_err(|error| error::map(operation, key, error)),
-            None => self.writer(operation, key).await.map(Reader::Writer),
+        let readers = &self.inner.readers;
+        if readers.is_empty() {
+            return self.writer(operation, key).await.map(Reader::Writer);
         }
+        if let Some(free) = readers.iter().find_map(|reader| reader.try_lock().ok()) {
+            return Ok(Reader::Held(free));
+        }
+        let turn = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
+        let reader = &readers[(turn % readers.len() as u64) as usize];
+        tokio::time::timeout(WRITER_WAIT, reader.lock())
+            .await
+            .map(Reader::Held)
+            .map_err(|_| error::map(operation, key, sqlx::Error::PoolTimedOut))
     }
-}
-
-fn pool(size: u32) -> SqlitePoolOptions {
-    SqlitePoolOptions::new()
-        .max_connections(size)
-        .min_connections(0)
-        .acquire_timeout(Duration::from_secs(60))
 }
 
 /// A statement over the rows whose `column` starts with a prefix, in two forms: `bounded` takes the

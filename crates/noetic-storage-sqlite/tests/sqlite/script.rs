@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test: a failure is a panic
 
-use noetic_core::adapter::durable::{Commit, DurableStore};
+use noetic_core::adapter::durable::{Commit, DurableStore, LeaseRequest};
 use noetic_storage_sqlite::SqliteStorage;
 
 use crate::support::temp_db;
@@ -136,9 +136,10 @@ async fn a_commit_of_many_parts_failing_at_its_last_append_applies_none_of_them(
     assert!(store.runnable("").await.unwrap().is_empty());
 }
 
-/// A commit dropped after its script was handed to the connection (polled once, then dropped) leaves
-/// no transaction open behind it: the next write and reads work, and the dropped commit applied
-/// entirely or not at all. On a file and in memory (where reads share the writer connection).
+/// A commit or lease grant dropped after its script was handed to the connection (polled once, then
+/// dropped) leaves no transaction open behind it: the next write and reads work, and the dropped
+/// commit applied entirely or not at all. On a file and in memory (where reads share the writer
+/// connection).
 #[tokio::test]
 async fn a_commit_dropped_mid_script_leaves_the_store_working_and_applied_all_or_nothing() {
     let db = temp_db();
@@ -154,8 +155,15 @@ async fn a_commit_dropped_mid_script_leaves_the_store_working_and_applied_all_or
                     0,
                     vec![b"a".to_vec(), b"b".to_vec()],
                 );
-            // Polled once (the script is sent), then dropped.
+            // Polled once (the script is sent), then dropped; so is a lease grant, which leaves its
+            // transaction open between its read and its write.
             let _ = tokio::time::timeout(std::time::Duration::ZERO, store.commit(dropped)).await;
+            let name = format!("lease/{round}");
+            let _ = tokio::time::timeout(
+                std::time::Duration::ZERO,
+                store.acquire_lease(LeaseRequest::new(&name, "a", 1_000, 1)),
+            )
+            .await;
             store
                 .commit(Commit::new().put(format!("rec/after/{round}"), "x"))
                 .await
@@ -179,6 +187,12 @@ async fn a_commit_dropped_mid_script_leaves_the_store_working_and_applied_all_or
                 "round {round}: the dropped commit applied in part: {record:?}, {} entries, head {head}",
                 log.len()
             );
+            // The grant applied or not; either way the lease can be taken now.
+            let lease = store
+                .acquire_lease(LeaseRequest::new(&name, "a", 1_000, 2))
+                .await
+                .unwrap();
+            assert_eq!(lease.holder, "a");
         }
     }
 }
