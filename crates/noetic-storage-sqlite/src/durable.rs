@@ -7,7 +7,8 @@
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use noetic_core::adapter::durable::{
-    Commit, DurableStore, Lease, LeaseRequest, LogEntry, Records, decide_lease, seq_conflict,
+    Commit, DurableStore, Fence, Lease, LeaseRequest, LogAppend, LogEntry, Records, decide_lease,
+    seq_conflict,
 };
 use noetic_core::{Error, Result};
 use sqlx::sqlite::SqliteRow;
@@ -146,26 +147,47 @@ pub(crate) async fn create_guard(conn: &mut SqliteConnection, location: &str) ->
 }
 
 /// The script of `commit` (see [`Script`]), checking as `checks` says.
+///
+/// With guards, a commit whose appends name distinct logs checks everything (its fence, every
+/// append's next sequence number) in ONE guard, then inserts every entry in one statement and moves
+/// every head in one more: each statement is a message back from the connection's worker thread.
+/// The guard comes after the clears, deletes and puts, as each check did in the statement-per-call
+/// version: what it reads is the state those leave.
 fn script(commit: &Commit, checks: Checks) -> Result<String> {
     let mut script = Script { sql: String::new() };
-    if let Some(fence) = &commit.fence {
-        let epoch = format!(
+    let fence_epoch = |fence: &Fence| {
+        format!(
             "(SELECT epoch FROM leases WHERE name = {})",
             text(&fence.lease)
-        );
-        match checks {
-            Checks::Rows => script.statement(&["SELECT 0, ", &epoch]),
-            Checks::Guards => {
-                let expected = to_i64("commit", &fence.lease, fence.epoch)?.to_string();
-                script.statement(&[
-                    "INSERT INTO noetic_guard (ok) VALUES (",
-                    &epoch,
-                    " IS ",
-                    &expected,
-                    ")",
-                ]);
-            }
+        )
+    };
+    let fence_guard = |fence: &Fence| -> Result<String> {
+        let expected = to_i64("commit", &fence.lease, fence.epoch)?;
+        Ok(format!("{} IS {expected}", fence_epoch(fence)))
+    };
+    let head = |log: &str| {
+        format!(
+            "COALESCE((SELECT next_seq FROM log_heads WHERE log = {}), 0)",
+            text(log)
+        )
+    };
+    let head_guard = |append: &LogAppend| -> Result<String> {
+        let expected = to_i64("append", &append.log, append.first_seq)?;
+        Ok(format!("{} = {expected}", head(&append.log)))
+    };
+    let guard = |script: &mut Script, conditions: &[String]| {
+        if !conditions.is_empty() {
+            script.statement(&[
+                "INSERT INTO noetic_guard (ok) VALUES ((",
+                &conditions.join(") AND ("),
+                "))",
+            ]);
         }
+    };
+    if checks == Checks::Rows
+        && let Some(fence) = &commit.fence
+    {
+        script.statement(&["SELECT 0, ", &fence_epoch(fence)]);
     }
     for prefix in &commit.clear_prefixes {
         let range = |column: &str| match noetic_core::adapter::durable::prefix_upper(prefix) {
@@ -205,43 +227,43 @@ fn script(commit: &Commit, checks: Checks) -> Result<String> {
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         ]);
     }
-    for (index, append) in commit.appends.iter().enumerate() {
-        let log = text(&append.log);
-        let head = format!("COALESCE((SELECT next_seq FROM log_heads WHERE log = {log}), 0)");
-        match checks {
-            Checks::Rows => script.statement(&[&format!("SELECT {}, ", index + 1), &head]),
-            Checks::Guards => {
-                let expected = to_i64("append", &append.log, append.first_seq)?.to_string();
-                script.statement(&[
-                    "INSERT INTO noetic_guard (ok) VALUES (",
-                    &head,
-                    " = ",
-                    &expected,
-                    ")",
-                ]);
-            }
+    let distinct = commit
+        .appends
+        .iter()
+        .enumerate()
+        .all(|(index, append)| commit.appends[..index].iter().all(|a| a.log != append.log));
+    if checks == Checks::Guards && distinct {
+        let mut conditions = Vec::with_capacity(commit.appends.len() + 1);
+        if let Some(fence) = &commit.fence {
+            conditions.push(fence_guard(fence)?);
         }
-        if !append.entries.is_empty() {
-            let mut rows = Vec::with_capacity(append.entries.len());
-            for (offset, entry) in append.entries.iter().enumerate() {
-                let seq = append.first_seq.saturating_add(offset as u64);
-                let seq = to_i64("append", &append.log, seq)?;
-                rows.push(format!("({log}, {seq}, {})", blob(entry)));
-            }
-            script.statement(&[
-                "INSERT INTO logs (log, seq, value) VALUES ",
-                &rows.join(", "),
-            ]);
+        let mut entries = Vec::new();
+        let mut heads = Vec::with_capacity(commit.appends.len());
+        for append in &commit.appends {
+            conditions.push(head_guard(append)?);
+            entries.extend(entry_rows(append)?);
+            heads.push(format!("({}, {})", text(&append.log), next_of(append)?));
         }
-        let next = append.first_seq.saturating_add(append.entries.len() as u64);
-        let next = to_i64("append", &append.log, next)?.to_string();
-        script.statement(&[
-            "INSERT INTO log_heads (log, next_seq) VALUES (",
-            &log,
-            ", ",
-            &next,
-            ") ON CONFLICT (log) DO UPDATE SET next_seq = excluded.next_seq",
-        ]);
+        guard(&mut script, &conditions);
+        insert_entries(&mut script, &entries);
+        upsert_heads(&mut script, &heads);
+    } else {
+        if checks == Checks::Guards
+            && let Some(fence) = &commit.fence
+        {
+            guard(&mut script, &[fence_guard(fence)?]);
+        }
+        for (index, append) in commit.appends.iter().enumerate() {
+            match checks {
+                Checks::Rows => {
+                    script.statement(&[&format!("SELECT {}, ", index + 1), &head(&append.log)]);
+                }
+                Checks::Guards => guard(&mut script, &[head_guard(append)?]),
+            }
+            insert_entries(&mut script, &entry_rows(append)?);
+            let next = format!("({}, {})", text(&append.log), next_of(append)?);
+            upsert_heads(&mut script, &[next]);
+        }
     }
     if !commit.drop_leases.is_empty() {
         script.statement(&[
@@ -264,6 +286,43 @@ fn script(commit: &Commit, checks: Checks) -> Result<String> {
         ]);
     }
     Ok(script.sql)
+}
+
+/// The `(log, seq, value)` rows of `append`'s entries.
+fn entry_rows(append: &LogAppend) -> Result<Vec<String>> {
+    let log = text(&append.log);
+    let mut rows = Vec::with_capacity(append.entries.len());
+    for (offset, entry) in append.entries.iter().enumerate() {
+        let seq = append.first_seq.saturating_add(offset as u64);
+        let seq = to_i64("append", &append.log, seq)?;
+        rows.push(format!("({log}, {seq}, {})", blob(entry)));
+    }
+    Ok(rows)
+}
+
+/// The next sequence number of `append`'s log once it applied.
+fn next_of(append: &LogAppend) -> Result<i64> {
+    let next = append.first_seq.saturating_add(append.entries.len() as u64);
+    to_i64("append", &append.log, next)
+}
+
+fn insert_entries(script: &mut Script, rows: &[String]) {
+    if !rows.is_empty() {
+        script.statement(&[
+            "INSERT INTO logs (log, seq, value) VALUES ",
+            &rows.join(", "),
+        ]);
+    }
+}
+
+fn upsert_heads(script: &mut Script, heads: &[String]) {
+    if !heads.is_empty() {
+        script.statement(&[
+            "INSERT INTO log_heads (log, next_seq) VALUES ",
+            &heads.join(", "),
+            " ON CONFLICT (log) DO UPDATE SET next_seq = excluded.next_seq",
+        ]);
+    }
 }
 
 /// Applies `commit` inside the open transaction `conn`: its script, then the checks of what the

@@ -196,3 +196,51 @@ async fn a_commit_dropped_mid_script_leaves_the_store_working_and_applied_all_or
         }
     }
 }
+
+/// What a commit checks is the state its earlier parts leave: an append into a prefix the same commit
+/// clears starts at 0, and a second append to one log follows the first.
+#[tokio::test]
+async fn checks_read_the_state_the_commits_earlier_parts_leave() {
+    let db = temp_db();
+    let store = SqliteStorage::open(&db.path).await.unwrap();
+    store
+        .commit(Commit::new().append("run/1/log", 0, vec![b"old".to_vec(); 3]))
+        .await
+        .unwrap();
+    store
+        .commit(
+            Commit::new()
+                .clear_prefix("run/1/")
+                .append("run/1/log", 0, vec![b"new".to_vec()]),
+        )
+        .await
+        .unwrap();
+    let values: Vec<Vec<u8>> = store
+        .read_log("run/1/log", 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.value)
+        .collect();
+    assert_eq!(values, [b"new".to_vec()]);
+
+    store
+        .commit(Commit::new().append("two", 0, vec![b"a".to_vec()]).append(
+            "two",
+            1,
+            vec![b"b".to_vec(), b"c".to_vec()],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(store.next_seq("two").await.unwrap(), 3);
+    let error = store
+        .commit(Commit::new().append("two", 3, vec![b"d".to_vec()]).append(
+            "two",
+            3,
+            vec![b"again".to_vec()],
+        ))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("next sequence is 4"), "{error}");
+    assert_eq!(store.next_seq("two").await.unwrap(), 3, "nothing applied");
+}
