@@ -28,6 +28,13 @@ fn migrations() -> Vec<Migration> {
             sqlx::SqlSafeStr::into_sql_str(include_str!("../migrations/0002_runnable.sql")),
             false,
         ),
+        Migration::new(
+            3,
+            Cow::Borrowed("rowid values"),
+            MigrationType::Simple,
+            sqlx::SqlSafeStr::into_sql_str(include_str!("../migrations/0003_rowid_values.sql")),
+            false,
+        ),
     ]
 }
 
