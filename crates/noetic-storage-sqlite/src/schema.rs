@@ -103,3 +103,64 @@ fn unknown(location: &str, version: i64, problem: &'static str) -> noetic_core::
     }
     .into_error()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a test: a failure is a panic
+
+    use noetic_core::StorageAdapter;
+    use noetic_core::adapter::durable::DurableStore;
+    use sqlx::ConnectOptions;
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    use super::*;
+    use crate::SqliteStorage;
+
+    /// A file written at schema version 2 (values in `WITHOUT ROWID` tables) opens with its data
+    /// intact, in rowid tables.
+    #[tokio::test]
+    async fn a_version_2_file_is_migrated_with_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v2.db");
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let v2 = Migrator::with_migrations(migrations().into_iter().take(2).collect());
+        v2.run_direct(None, &mut conn, false).await.unwrap();
+        let big = "x".repeat(3000);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO kv VALUES ('k', x'01'); \
+             INSERT INTO records VALUES ('r', CAST('{big}' AS BLOB)); \
+             INSERT INTO logs VALUES ('l', 0, x'02'), ('l', 1, CAST('{big}' AS BLOB)); \
+             INSERT INTO log_heads VALUES ('l', 2);"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        drop(conn);
+
+        let store = SqliteStorage::open(&path).await.unwrap();
+        assert_eq!(store.get("k").await.unwrap(), Some(vec![1]));
+        assert_eq!(
+            store.record("r").await.unwrap(),
+            Some(big.clone().into_bytes())
+        );
+        let log = store.read_log("l", 0).await.unwrap();
+        assert_eq!(log.len(), 2);
+        assert_eq!(log[1].value, big.into_bytes());
+        assert_eq!(store.next_seq("l").await.unwrap(), 2);
+        let mut writer = store.writer("test", "schema").await.unwrap();
+        let without_rowid: Vec<(String,)> = sqlx::query_as(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND sql LIKE '%WITHOUT ROWID%' \
+             ORDER BY name",
+        )
+        .fetch_all(writer.conn().await)
+        .await
+        .unwrap();
+        let names: Vec<&str> = without_rowid.iter().map(|(name,)| name.as_str()).collect();
+        assert_eq!(names, ["leases", "log_heads", "runnable"]);
+    }
+}
