@@ -9,14 +9,15 @@
 //!
 //! In memory the set tells rounds in flight from pending ones. With durable storage each record is
 //! also a row `paid/<dispatch_id>`, written before the request is sent and deleted once the round is
-//! priced or refused: a row that exists is unpriced, so a process killed mid-stream leaves exactly
-//! the rows of its rounds in flight, and the next process lists them as pending.
+//! priced or refused (inside a durable run, by the checkpoint commit that records the round:
+//! [`PaidCalls::close_deferred`]): a row that exists is unpriced, so a process killed mid-stream
+//! leaves exactly the rows of its rounds in flight, and the next process lists them as pending.
 //!
 //! The lock of the set is also what makes a drain airtight: a round registers under it only when no
 //! drain covers its context, and a drain starts under it, so every round is either in the drain's
 //! snapshot of calls in flight or held before it is sent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -38,6 +39,10 @@ const SUBJECT: &str = "(paid calls)";
 /// The paid-call records of one runtime.
 pub(crate) struct PaidCalls {
     records: Mutex<HashMap<String, Record>>,
+    /// Calls priced or refused whose rows are deleted by the next checkpoint commit of their
+    /// execution ([`PaidCalls::close_deferred`]), rather than by a commit of their own. Not pending
+    /// meanwhile.
+    deferred: Mutex<HashSet<String>>,
     /// The next record's dispatch order.
     next: AtomicU64,
     /// The durable store, when the runtime has one.
@@ -87,6 +92,7 @@ impl PaidCalls {
     pub(crate) fn new(store: Option<Arc<dyn DurableStore>>) -> Self {
         PaidCalls {
             records: Mutex::new(HashMap::new()),
+            deferred: Mutex::new(HashSet::new()),
             next: AtomicU64::new(0),
             store,
         }
@@ -202,6 +208,36 @@ impl PaidCalls {
         Ok(call)
     }
 
+    /// As [`PaidCalls::close`], but the row is deleted by the next checkpoint commit of the call's
+    /// execution (which records the round's result, so the two land together) instead of a commit
+    /// of its own: one write less per model round. Until then the call is not pending. Only for a
+    /// call made inside a durable run, whose checkpoints follow.
+    pub(crate) fn close_deferred(&self, dispatch_id: &str) -> Option<PaidCall> {
+        let call = lock(&self.records)
+            .remove(dispatch_id)
+            .map(|record| record.call);
+        if self.store.is_some() {
+            lock(&self.deferred).insert(dispatch_id.to_owned());
+        }
+        call
+    }
+
+    /// The rows [`PaidCalls::close_deferred`] left to delete: `(dispatch_id, row key)`.
+    pub(crate) fn deferred_deletes(&self) -> Vec<(String, String)> {
+        lock(&self.deferred)
+            .iter()
+            .map(|dispatch_id| (dispatch_id.clone(), key(dispatch_id)))
+            .collect()
+    }
+
+    /// Notes the rows of `dispatch_ids` deleted (a checkpoint commit holding their deletes applied).
+    pub(crate) fn deletes_applied(&self, dispatch_ids: impl IntoIterator<Item = String>) {
+        let mut deferred = lock(&self.deferred);
+        for dispatch_id in dispatch_ids {
+            deferred.remove(&dispatch_id);
+        }
+    }
+
     /// Ends a call whose round was cut before it was priced: its record stays, pending (its row is
     /// there already). Returns it.
     pub(crate) fn cut(&self, dispatch_id: &str) -> Option<PaidCall> {
@@ -243,11 +279,13 @@ impl PaidCalls {
         }
         {
             let records = lock(&self.records);
+            let deferred = lock(&self.deferred);
             pending.retain(|stored| {
                 let dispatch_id = stored.call.dispatch_id.as_deref().unwrap_or_default();
-                !records
-                    .get(dispatch_id)
-                    .is_some_and(|record| record.in_flight)
+                !deferred.contains(dispatch_id)
+                    && !records
+                        .get(dispatch_id)
+                        .is_some_and(|record| record.in_flight)
             });
         }
         pending.sort_by(|a, b| {
@@ -267,6 +305,10 @@ impl PaidCalls {
         dispatch_id: &str,
         cost: Option<f64>,
     ) -> Result<Option<PaidCall>> {
+        if lock(&self.deferred).contains(dispatch_id) {
+            // Priced: its row only waits for its delete.
+            return Ok(None);
+        }
         let in_memory = {
             let mut records = lock(&self.records);
             match records.get(dispatch_id) {

@@ -434,6 +434,7 @@ impl RuntimeBuilder {
     /// Builds the runtime.
     pub fn build(self) -> Arc<Runtime> {
         let durable_store = self.durable.clone();
+        let paid_calls = Arc::new(PaidCalls::new(durable_store.clone()));
         Arc::new(Runtime {
             name: self.name,
             params: self.params,
@@ -456,9 +457,10 @@ impl RuntimeBuilder {
                 holder: crate::id::new_id(),
                 lease_ttl: self.lease_ttl,
                 retention: self.retention,
+                paid_calls: Arc::clone(&paid_calls),
             }),
-            approvals: Arc::new(Approvals::new(durable_store.clone())),
-            paid_calls: Arc::new(PaidCalls::new(durable_store)),
+            approvals: Arc::new(Approvals::new(durable_store)),
+            paid_calls,
         })
     }
 }

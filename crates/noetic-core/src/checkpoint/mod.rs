@@ -55,6 +55,9 @@ pub(crate) struct Durability {
     pub(crate) holder: String,
     pub(crate) lease_ttl: Duration,
     pub(crate) retention: LedgerRetention,
+    /// The runtime's paid-call records: a checkpoint commit carries the deletes of the rows of calls
+    /// priced since the last one ([`crate::paid::PaidCalls::close_deferred`]).
+    pub(crate) paid_calls: Arc<crate::paid::PaidCalls>,
 }
 
 /// What a checkpoint records of a context: implemented by [`crate::Context`], so this module needs
@@ -384,10 +387,22 @@ impl Journal {
         commit = commit
             .put(record::state_key(&self.execution_id), to_bytes(&state)?)
             .fenced(writer.lease.as_ref().map(Lease::fence));
+        let priced = self.durability.paid_calls.deferred_deletes();
+        let mut priced_ids = Vec::with_capacity(priced.len());
+        for (dispatch_id, row) in priced {
+            commit = commit.delete(row);
+            priced_ids.push(dispatch_id);
+        }
         self.durability.store.commit(commit).await?;
+        self.durability.paid_calls.deletes_applied(priced_ids);
         writer.items_persisted = item_count;
         writer.ledger_next_seq += row_count;
         Ok(())
+    }
+
+    /// Whether a run is in progress on this journal (its checkpoints are being committed).
+    pub(crate) fn in_run(&self) -> bool {
+        *lock(&self.runs) > 0
     }
 
     async fn renew_if_due(&self, writer: &mut Writer) -> Result<()> {

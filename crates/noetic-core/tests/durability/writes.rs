@@ -139,3 +139,128 @@ async fn a_harness_without_a_durable_store_writes_nothing() {
         "INVALID_ARGUMENT"
     );
 }
+
+/// A durable store that records what each commit puts, deletes and appends to.
+struct Recording {
+    inner: KvDurableStore,
+    commits: Mutex<Vec<Written>>,
+}
+
+#[derive(Debug, Clone)]
+struct Written {
+    puts: Vec<String>,
+    deletes: Vec<String>,
+    appends: Vec<String>,
+}
+
+impl DurableStore for Recording {
+    fn commit(&self, commit: Commit) -> BoxFuture<'_, Result<()>> {
+        self.commits.lock().unwrap().push(Written {
+            puts: commit.puts.iter().map(|(key, _)| key.clone()).collect(),
+            deletes: commit.deletes.clone(),
+            appends: commit
+                .appends
+                .iter()
+                .map(|append| append.log.clone())
+                .collect(),
+        });
+        self.inner.commit(commit)
+    }
+    fn record<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        self.inner.record(key)
+    }
+    fn records<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Records>> {
+        self.inner.records(prefix)
+    }
+    fn read_log<'a>(&'a self, log: &'a str, from: u64) -> BoxFuture<'a, Result<Vec<LogEntry>>> {
+        self.inner.read_log(log, from)
+    }
+    fn next_seq<'a>(&'a self, log: &'a str) -> BoxFuture<'a, Result<u64>> {
+        self.inner.next_seq(log)
+    }
+    fn acquire_lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Lease>> {
+        self.inner.acquire_lease(request)
+    }
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.inner.release_lease(lease)
+    }
+    fn lease<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Lease>>> {
+        self.inner.lease(name)
+    }
+    fn runnable<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        self.inner.runnable(prefix)
+    }
+}
+
+impl StorageAdapter for Recording {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        self.inner.get(key)
+    }
+    fn set<'a>(&'a self, key: &'a str, value: Vec<u8>) -> BoxFuture<'a, Result<()>> {
+        self.inner.set(key, value)
+    }
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<()>> {
+        self.inner.delete(key)
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        self.inner.list(prefix)
+    }
+    fn get_many<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>>> {
+        self.inner.get_many(keys)
+    }
+    fn batch(&self, ops: Vec<StorageOp>) -> BoxFuture<'_, Result<()>> {
+        self.inner.batch(ops)
+    }
+}
+
+/// A priced round's paid-call row is deleted by the checkpoint that records the round (its items),
+/// not by a commit of its own: one write less per round, and the row and the round's result land
+/// together, so no crash point loses a paid call's accounting.
+#[tokio::test]
+async fn a_priced_rounds_paid_row_goes_with_the_checkpoint_that_records_the_round() {
+    use crate::support::{Counts, agent, echo_tool, model};
+
+    let store = Arc::new(Recording {
+        inner: KvDurableStore::in_memory(),
+        commits: Mutex::new(Vec::new()),
+    });
+    let counts = Arc::new(Counts::default());
+    let harness = AgentHarness::builder("paid-rows")
+        .provider("scripted", model(0, None, None))
+        .agent_graph(agent(echo_tool(counts.clone(), None), counts))
+        .durable(store.clone())
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let graph = harness.agent_graph::<String, String>().unwrap();
+    harness
+        .run(&graph, crate::support::INPUT.to_owned(), &ctx)
+        .await
+        .unwrap();
+
+    let commits = store.commits.lock().unwrap().clone();
+    let paid = |key: &String| key.starts_with("paid/");
+    let dispatched: std::collections::BTreeSet<&String> = commits
+        .iter()
+        .flat_map(|c| c.puts.iter().filter(|k| paid(k)))
+        .collect();
+    assert_eq!(dispatched.len(), 4, "four model rounds: {commits:#?}");
+    let mut deleted = Vec::new();
+    for commit in &commits {
+        if commit.deletes.iter().any(paid) {
+            assert!(
+                commit.appends.iter().any(|log| log.ends_with("/items")),
+                "a paid row deleted by a commit that records no round: {commit:?}"
+            );
+            deleted.extend(commit.deletes.iter().filter(|k| paid(k)).cloned());
+        }
+    }
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        dispatched.into_iter().cloned().collect::<Vec<_>>(),
+        "every paid row deleted once"
+    );
+    assert!(store.records("paid/").await.unwrap().is_empty());
+    assert!(harness.pending_spend().await.unwrap().is_empty());
+}
