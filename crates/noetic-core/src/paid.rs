@@ -17,7 +17,7 @@
 //! drain covers its context, and a drain starts under it, so every round is either in the drain's
 //! snapshot of calls in flight or held before it is sent.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Result;
 use crate::adapter::durable::{Commit, DurableStore};
-use crate::checkpoint::{SCHEMA_VERSION, now_ms, parse, to_bytes};
+use crate::checkpoint::{DeferredDeletes, SCHEMA_VERSION, now_ms, parse, to_bytes};
 use crate::drain::PaidCall;
 use crate::sync::lock;
 
@@ -42,7 +42,8 @@ pub(crate) struct PaidCalls {
     /// Calls priced or refused whose rows are deleted by the next checkpoint commit of their
     /// execution ([`PaidCalls::close_deferred`]), rather than by a commit of their own. Not pending
     /// meanwhile.
-    deferred: Mutex<HashSet<String>>,
+    /// Shared with the runtime's checkpoint journals, whose commits carry the deletes.
+    deferred: Arc<DeferredDeletes>,
     /// The next record's dispatch order.
     next: AtomicU64,
     /// The durable store, when the runtime has one.
@@ -89,10 +90,15 @@ fn key(dispatch_id: &str) -> String {
 }
 
 impl PaidCalls {
-    pub(crate) fn new(store: Option<Arc<dyn DurableStore>>) -> Self {
+    /// Paid-call records kept in `store`, if any; `deferred` holds the deletes
+    /// [`PaidCalls::close_deferred`] leaves to the checkpoint commits.
+    pub(crate) fn new(
+        store: Option<Arc<dyn DurableStore>>,
+        deferred: Arc<DeferredDeletes>,
+    ) -> Self {
         PaidCalls {
             records: Mutex::new(HashMap::new()),
-            deferred: Mutex::new(HashSet::new()),
+            deferred,
             next: AtomicU64::new(0),
             store,
         }
@@ -217,25 +223,10 @@ impl PaidCalls {
             .remove(dispatch_id)
             .map(|record| record.call);
         if self.store.is_some() {
-            lock(&self.deferred).insert(dispatch_id.to_owned());
+            self.deferred
+                .defer(dispatch_id.to_owned(), key(dispatch_id));
         }
         call
-    }
-
-    /// The rows [`PaidCalls::close_deferred`] left to delete: `(dispatch_id, row key)`.
-    pub(crate) fn deferred_deletes(&self) -> Vec<(String, String)> {
-        lock(&self.deferred)
-            .iter()
-            .map(|dispatch_id| (dispatch_id.clone(), key(dispatch_id)))
-            .collect()
-    }
-
-    /// Notes the rows of `dispatch_ids` deleted (a checkpoint commit holding their deletes applied).
-    pub(crate) fn deletes_applied(&self, dispatch_ids: impl IntoIterator<Item = String>) {
-        let mut deferred = lock(&self.deferred);
-        for dispatch_id in dispatch_ids {
-            deferred.remove(&dispatch_id);
-        }
     }
 
     /// Ends a call whose round was cut before it was priced: its record stays, pending (its row is
@@ -279,10 +270,9 @@ impl PaidCalls {
         }
         {
             let records = lock(&self.records);
-            let deferred = lock(&self.deferred);
             pending.retain(|stored| {
                 let dispatch_id = stored.call.dispatch_id.as_deref().unwrap_or_default();
-                !deferred.contains(dispatch_id)
+                !self.deferred.contains(dispatch_id)
                     && !records
                         .get(dispatch_id)
                         .is_some_and(|record| record.in_flight)
@@ -305,7 +295,7 @@ impl PaidCalls {
         dispatch_id: &str,
         cost: Option<f64>,
     ) -> Result<Option<PaidCall>> {
-        if lock(&self.deferred).contains(dispatch_id) {
+        if self.deferred.contains(dispatch_id) {
             // Priced: its row only waits for its delete.
             return Ok(None);
         }
@@ -335,6 +325,6 @@ impl PaidCalls {
 
 impl Default for PaidCalls {
     fn default() -> Self {
-        PaidCalls::new(None)
+        PaidCalls::new(None, Arc::default())
     }
 }

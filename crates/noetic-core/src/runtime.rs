@@ -20,7 +20,7 @@ use crate::adapter::{
     StorageAdapter, SubprocessAdapter,
 };
 use crate::approval::Approvals;
-use crate::checkpoint::{Durability, LedgerRetention};
+use crate::checkpoint::{DeferredDeletes, Durability, LedgerRetention};
 use crate::connection::Connection;
 use crate::context::OnSteer;
 use crate::context::{Context, ContextOptions};
@@ -434,7 +434,11 @@ impl RuntimeBuilder {
     /// Builds the runtime.
     pub fn build(self) -> Arc<Runtime> {
         let durable_store = self.durable.clone();
-        let paid_calls = Arc::new(PaidCalls::new(durable_store.clone()));
+        let deferred_deletes = Arc::new(DeferredDeletes::default());
+        let paid_calls = Arc::new(PaidCalls::new(
+            durable_store.clone(),
+            Arc::clone(&deferred_deletes),
+        ));
         Arc::new(Runtime {
             name: self.name,
             params: self.params,
@@ -457,7 +461,7 @@ impl RuntimeBuilder {
                 holder: crate::id::new_id(),
                 lease_ttl: self.lease_ttl,
                 retention: self.retention,
-                paid_calls: Arc::clone(&paid_calls),
+                deferred_deletes,
             }),
             approvals: Arc::new(Approvals::new(durable_store)),
             paid_calls,

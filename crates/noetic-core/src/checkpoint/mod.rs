@@ -15,7 +15,7 @@ mod ledger;
 pub(crate) mod record;
 mod restore;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -55,9 +55,45 @@ pub(crate) struct Durability {
     pub(crate) holder: String,
     pub(crate) lease_ttl: Duration,
     pub(crate) retention: LedgerRetention,
-    /// The runtime's paid-call records: a checkpoint commit carries the deletes of the rows of calls
-    /// priced since the last one ([`crate::paid::PaidCalls::close_deferred`]).
-    pub(crate) paid_calls: Arc<crate::paid::PaidCalls>,
+    /// Rows a checkpoint commit deletes along with what it records (the rows of paid calls priced
+    /// since the last one).
+    pub(crate) deferred_deletes: Arc<DeferredDeletes>,
+}
+
+/// Rows whose delete waits for the next checkpoint commit of a durable run, so it lands with what
+/// that commit records, each under the id its owner knows it by (a paid call's dispatch id). The
+/// owner defers and asks; the journal takes them into its commit and, once it holds, drops them.
+#[derive(Debug, Default)]
+pub(crate) struct DeferredDeletes {
+    rows: Mutex<HashMap<String, String>>,
+}
+
+impl DeferredDeletes {
+    /// Defers the delete of the row `key`, known as `id`.
+    pub(crate) fn defer(&self, id: String, key: String) {
+        lock(&self.rows).insert(id, key);
+    }
+
+    /// Whether the row known as `id` waits for its delete.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        lock(&self.rows).contains_key(id)
+    }
+
+    /// Every deferred delete now: `(id, row key)`.
+    fn snapshot(&self) -> Vec<(String, String)> {
+        lock(&self.rows)
+            .iter()
+            .map(|(id, key)| (id.clone(), key.clone()))
+            .collect()
+    }
+
+    /// Notes the rows of `ids` deleted (a commit holding their deletes applied).
+    fn applied(&self, ids: impl IntoIterator<Item = String>) {
+        let mut rows = lock(&self.rows);
+        for id in ids {
+            rows.remove(&id);
+        }
+    }
 }
 
 /// What a checkpoint records of a context: implemented by [`crate::Context`], so this module needs
@@ -387,14 +423,14 @@ impl Journal {
         commit = commit
             .put(record::state_key(&self.execution_id), to_bytes(&state)?)
             .fenced(writer.lease.as_ref().map(Lease::fence));
-        let priced = self.durability.paid_calls.deferred_deletes();
-        let mut priced_ids = Vec::with_capacity(priced.len());
-        for (dispatch_id, row) in priced {
+        let deferred = self.durability.deferred_deletes.snapshot();
+        let mut deleted = Vec::with_capacity(deferred.len());
+        for (id, row) in deferred {
             commit = commit.delete(row);
-            priced_ids.push(dispatch_id);
+            deleted.push(id);
         }
         self.durability.store.commit(commit).await?;
-        self.durability.paid_calls.deletes_applied(priced_ids);
+        self.durability.deferred_deletes.applied(deleted);
         writer.items_persisted = item_count;
         writer.ledger_next_seq += row_count;
         Ok(())
