@@ -40,9 +40,8 @@ const SUBJECT: &str = "(paid calls)";
 pub(crate) struct PaidCalls {
     records: Mutex<HashMap<String, Record>>,
     /// Calls priced or refused whose rows are deleted by the next checkpoint commit of their
-    /// execution ([`PaidCalls::close_deferred`]), rather than by a commit of their own. Not pending
-    /// meanwhile.
-    /// Shared with the runtime's checkpoint journals, whose commits carry the deletes.
+    /// execution ([`PaidCalls::close_deferred`]), rather than by a commit of their own; not pending
+    /// meanwhile. Shared with the runtime's checkpoint journals, whose commits carry the deletes.
     deferred: Arc<DeferredDeletes>,
     /// The next record's dispatch order.
     next: AtomicU64,
@@ -215,16 +214,16 @@ impl PaidCalls {
     }
 
     /// As [`PaidCalls::close`], but the row is deleted by the next checkpoint commit of the call's
-    /// execution (which records the round's result, so the two land together) instead of a commit
-    /// of its own: one write less per model round. Until then the call is not pending. Only for a
-    /// call made inside a durable run, whose checkpoints follow.
-    pub(crate) fn close_deferred(&self, dispatch_id: &str) -> Option<PaidCall> {
+    /// execution, `execution_id` (which records the round's result, so the two land together),
+    /// instead of a commit of its own: one write less per model round. Until then the call is not
+    /// pending. Only for a call made inside a durable run, whose checkpoints follow.
+    pub(crate) fn close_deferred(&self, dispatch_id: &str, execution_id: &str) -> Option<PaidCall> {
         let call = lock(&self.records)
             .remove(dispatch_id)
             .map(|record| record.call);
         if self.store.is_some() {
             self.deferred
-                .defer(dispatch_id.to_owned(), key(dispatch_id));
+                .defer(execution_id, dispatch_id.to_owned(), key(dispatch_id));
         }
         call
     }

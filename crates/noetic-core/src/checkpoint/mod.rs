@@ -15,7 +15,7 @@ mod ledger;
 pub(crate) mod record;
 mod restore;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -60,38 +60,63 @@ pub(crate) struct Durability {
     pub(crate) deferred_deletes: Arc<DeferredDeletes>,
 }
 
-/// Rows whose delete waits for the next checkpoint commit of a durable run, so it lands with what
-/// that commit records, each under the id its owner knows it by (a paid call's dispatch id). The
-/// owner defers and asks; the journal takes them into its commit and, once it holds, drops them.
+/// Rows whose delete waits for the next checkpoint commit of an execution's run, so it lands with
+/// what that commit records, each under the id its owner knows it by (a paid call's dispatch id).
+/// The owner defers and asks; the execution's journal takes its own rows into its commit and, once
+/// the commit holds, drops them. Other executions' rows never ride along.
 #[derive(Debug, Default)]
 pub(crate) struct DeferredDeletes {
-    rows: Mutex<HashMap<String, String>>,
+    inner: Mutex<Deferred>,
+}
+
+#[derive(Debug, Default)]
+struct Deferred {
+    /// `(id, row key)` by execution id.
+    by_execution: HashMap<String, Vec<(String, String)>>,
+    /// Every deferred id.
+    ids: HashSet<String>,
 }
 
 impl DeferredDeletes {
-    /// Defers the delete of the row `key`, known as `id`.
-    pub(crate) fn defer(&self, id: String, key: String) {
-        lock(&self.rows).insert(id, key);
+    /// Defers the delete of the row `key`, known as `id`, to `execution_id`'s next checkpoint.
+    pub(crate) fn defer(&self, execution_id: &str, id: String, key: String) {
+        let mut inner = lock(&self.inner);
+        inner.ids.insert(id.clone());
+        inner
+            .by_execution
+            .entry(execution_id.to_owned())
+            .or_default()
+            .push((id, key));
     }
 
     /// Whether the row known as `id` waits for its delete.
     pub(crate) fn contains(&self, id: &str) -> bool {
-        lock(&self.rows).contains_key(id)
+        lock(&self.inner).ids.contains(id)
     }
 
-    /// Every deferred delete now: `(id, row key)`.
-    fn snapshot(&self) -> Vec<(String, String)> {
-        lock(&self.rows)
-            .iter()
-            .map(|(id, key)| (id.clone(), key.clone()))
-            .collect()
+    /// `execution_id`'s deferred deletes now: `(id, row key)`.
+    fn of(&self, execution_id: &str) -> Vec<(String, String)> {
+        lock(&self.inner)
+            .by_execution
+            .get(execution_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
-    /// Notes the rows of `ids` deleted (a commit holding their deletes applied).
-    fn applied(&self, ids: impl IntoIterator<Item = String>) {
-        let mut rows = lock(&self.rows);
+    /// Notes the rows of `ids` deleted (a commit of `execution_id` holding their deletes applied).
+    fn applied(&self, execution_id: &str, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        if let Some(rows) = inner.by_execution.get_mut(execution_id) {
+            rows.retain(|(id, _)| !ids.contains(id));
+            if rows.is_empty() {
+                inner.by_execution.remove(execution_id);
+            }
+        }
         for id in ids {
-            rows.remove(&id);
+            inner.ids.remove(id);
         }
     }
 }
@@ -423,17 +448,24 @@ impl Journal {
         commit = commit
             .put(record::state_key(&self.execution_id), to_bytes(&state)?)
             .fenced(writer.lease.as_ref().map(Lease::fence));
-        let deferred = self.durability.deferred_deletes.snapshot();
+        let deferred = self.durability.deferred_deletes.of(&self.execution_id);
         let mut deleted = Vec::with_capacity(deferred.len());
         for (id, row) in deferred {
             commit = commit.delete(row);
             deleted.push(id);
         }
         self.durability.store.commit(commit).await?;
-        self.durability.deferred_deletes.applied(deleted);
+        self.durability
+            .deferred_deletes
+            .applied(&self.execution_id, &deleted);
         writer.items_persisted = item_count;
         writer.ledger_next_seq += row_count;
         Ok(())
+    }
+
+    /// The execution this journal records.
+    pub(crate) fn execution_id(&self) -> &str {
+        &self.execution_id
     }
 
     /// Whether a run is in progress on this journal (its checkpoints are being committed).

@@ -314,13 +314,12 @@ impl CallGuard {
     /// Drops the record; a row that cannot be deleted stays pending (logged). Inside a durable run
     /// the row goes with the run's next checkpoint, the one that records this round.
     async fn close(&self) -> Option<PaidCall> {
-        if self
-            .ctx
-            .root()
-            .journal()
-            .is_some_and(|journal| journal.in_run())
+        if let Some(journal) = self.ctx.root().journal()
+            && journal.in_run()
         {
-            return self.calls.close_deferred(&self.dispatch_id);
+            return self
+                .calls
+                .close_deferred(&self.dispatch_id, journal.execution_id());
         }
         let call = self.calls.get(&self.dispatch_id);
         match self.calls.close(&self.dispatch_id).await {

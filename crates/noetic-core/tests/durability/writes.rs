@@ -151,6 +151,8 @@ struct Written {
     puts: Vec<String>,
     deletes: Vec<String>,
     appends: Vec<String>,
+    /// The paid rows put, with the execution their call belongs to.
+    paid_owners: Vec<(String, String)>,
 }
 
 impl DurableStore for Recording {
@@ -163,8 +165,22 @@ impl DurableStore for Recording {
                 .iter()
                 .map(|append| append.log.clone())
                 .collect(),
+            paid_owners: commit
+                .puts
+                .iter()
+                .filter(|(key, _)| key.starts_with("paid/"))
+                .map(|(key, value)| {
+                    let row: serde_json::Value = serde_json::from_slice(value).unwrap();
+                    let owner = row["call"]["executionId"].as_str().unwrap().to_owned();
+                    (key.clone(), owner)
+                })
+                .collect(),
         });
-        self.inner.commit(commit)
+        // A turn for any other run in flight between commits, so that overlapping runs interleave.
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.commit(commit).await
+        })
     }
     fn record<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
         self.inner.record(key)
@@ -263,4 +279,66 @@ async fn a_priced_rounds_paid_row_goes_with_the_checkpoint_that_records_the_roun
     );
     assert!(store.records("paid/").await.unwrap().is_empty());
     assert!(harness.pending_spend().await.unwrap().is_empty());
+}
+
+/// Several durable runs at once: each priced round's paid row goes with a checkpoint of its own
+/// execution, never with another execution's commit (which would carry every run's deletes, and
+/// grow with the number of runs in flight).
+#[tokio::test]
+async fn a_paid_row_goes_with_a_checkpoint_of_its_own_execution_when_runs_overlap() {
+    use crate::support::{Counts, agent, echo_tool, replies};
+
+    let store = Arc::new(Recording {
+        inner: KvDurableStore::in_memory(),
+        commits: Mutex::new(Vec::new()),
+    });
+    let counts = Arc::new(Counts::default());
+    // Each run's replies in its own order: the reply a request gets follows from its step and round.
+    let model = noetic_test_support::ScriptedModel::responding(|request| {
+        let index = match request.instructions.as_deref() {
+            Some("Answer.") => 3,
+            _ => request.round as usize,
+        };
+        replies().swap_remove(index)
+    });
+    let harness = AgentHarness::builder("paid-rows-overlapping")
+        .provider("scripted", model)
+        .agent_graph(agent(echo_tool(counts.clone(), None), counts))
+        .durable(store.clone())
+        .build()
+        .unwrap();
+    let graph = harness.agent_graph::<String, String>().unwrap();
+    let runs = (0..4).map(|_| {
+        let ctx = harness.create_context(ContextOptions::new());
+        let (harness, graph) = (harness.clone(), graph.clone());
+        async move {
+            harness
+                .run(&graph, crate::support::INPUT.to_owned(), &ctx)
+                .await
+        }
+    });
+    for outcome in futures_util::future::join_all(runs).await {
+        outcome.unwrap();
+    }
+
+    let commits = store.commits.lock().unwrap().clone();
+    let owners: std::collections::HashMap<String, String> = commits
+        .iter()
+        .flat_map(|commit| commit.paid_owners.iter().cloned())
+        .collect();
+    assert_eq!(owners.len(), 16, "four runs of four rounds: {commits:#?}");
+    let mut deleted = 0;
+    for commit in &commits {
+        for row in commit.deletes.iter().filter(|key| key.starts_with("paid/")) {
+            let items = format!("exec/{}/items", owners[row]);
+            assert!(
+                commit.appends.contains(&items),
+                "{row} of {} deleted by a commit that does not record its execution: {commit:?}",
+                owners[row]
+            );
+            deleted += 1;
+        }
+    }
+    assert_eq!(deleted, 16, "every paid row deleted once");
+    assert!(store.records("paid/").await.unwrap().is_empty());
 }
