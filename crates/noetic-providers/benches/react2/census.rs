@@ -1,5 +1,5 @@
 //! What the durable client writes and reads per turn: a [`DurableStore`] (and [`StorageAdapter`]) that
-//! counts every call it forwards to the SQLite store, by kind of record or log, so the bench prints the
+//! counts every call it forwards to the store (SQLite or PostgreSQL), by kind of record or log, so the bench prints the
 //! store traffic next to the CPU it costs.
 //!
 //! The kind of a key is its shape with the ids taken out (`exec/<id>/checkpoint` → `exec/*/checkpoint`):
@@ -7,7 +7,7 @@
 //! `NOETIC_BENCH_STORE_TRACE=1` every call is also written to stderr, one line each.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -25,11 +25,14 @@ pub(crate) struct Tally {
     pub(crate) bytes: u64,
 }
 
+/// The tallies of a [`Census`], by `operation kind`.
+pub(crate) type Tallies = Arc<Mutex<BTreeMap<String, Tally>>>;
+
 /// A store that counts what passes through it.
 pub(crate) struct Census<S> {
     inner: S,
     trace: bool,
-    tallies: Mutex<BTreeMap<String, Tally>>,
+    tallies: Tallies,
 }
 
 impl<S> Census<S> {
@@ -37,13 +40,13 @@ impl<S> Census<S> {
         Census {
             inner,
             trace: std::env::var(TRACE_VAR).as_deref() == Ok("1"),
-            tallies: Mutex::new(BTreeMap::new()),
+            tallies: Tallies::default(),
         }
     }
 
-    /// The tallies so far, by `operation kind`.
-    pub(crate) fn tallies(&self) -> BTreeMap<String, Tally> {
-        self.tallies.lock().expect("census lock").clone()
+    /// The tallies, shared: they go on growing.
+    pub(crate) fn tallies(&self) -> Tallies {
+        Arc::clone(&self.tallies)
     }
 
     fn count(&self, operation: &str, key: &str, rows: u64, bytes: usize) {

@@ -24,7 +24,7 @@ use noetic_storage_sqlite::SqliteStorage;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::census::{Census, Tally};
+use crate::census::{Census, Tallies, Tally};
 use crate::{INSTRUCTIONS, MODEL, QUESTION};
 
 /// Which client a process runs.
@@ -34,6 +34,9 @@ pub(crate) enum Kind {
     Sessions,
     /// Sessions on a durable SQLite store (a fresh file per client process).
     Durable,
+    /// Sessions on a durable PostgreSQL store (a fresh database of the bench's server, its URL in
+    /// [`crate::PG_URL_VAR`]); one turn at a time only.
+    DurablePg,
     Bare,
 }
 
@@ -46,12 +49,16 @@ impl Kind {
             Kind::Framework => "framework",
             Kind::Sessions => "sessions",
             Kind::Durable => "durable",
+            Kind::DurablePg => "durable-pg",
             Kind::Bare => "bare",
         }
     }
 
     pub(crate) fn parse(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|kind| kind.name() == name)
+        Kind::ALL
+            .into_iter()
+            .chain([Kind::DurablePg])
+            .find(|kind| kind.name() == name)
     }
 }
 
@@ -104,8 +111,8 @@ enum Inner {
     Sessions {
         harness: AgentHarness,
         threads: AtomicUsize,
-        /// The durable client's store, counting what passes through it.
-        census: Option<Arc<Census<SqliteStorage>>>,
+        /// The durable clients' store traffic so far.
+        census: Option<Tallies>,
     },
     Bare {
         http: reqwest::Client,
@@ -133,7 +140,7 @@ impl Client {
         let requests = Arc::new(AtomicUsize::new(0));
         let gauge = Arc::new(Gauge::default());
         let inner = match kind {
-            Kind::Framework | Kind::Sessions | Kind::Durable => {
+            Kind::Framework | Kind::Sessions | Kind::Durable | Kind::DurablePg => {
                 let mut provider = OpenResponses::builder(base_url)
                     .name("bench")
                     .retry(RetryConfig::none());
@@ -175,8 +182,18 @@ impl Client {
                     let store = SqliteStorage::open(&path)
                         .await
                         .expect("a SQLite store in the temp dir");
-                    let store = Arc::new(Census::new(store));
-                    census = Some(Arc::clone(&store));
+                    let store = Census::new(store);
+                    census = Some(store.tallies());
+                    builder = builder.durable(store);
+                }
+                if kind == Kind::DurablePg {
+                    let url = std::env::var(crate::PG_URL_VAR)
+                        .unwrap_or_else(|_| panic!("{} is not set", crate::PG_URL_VAR));
+                    let store = noetic_storage_postgres::PostgresStorage::connect(&url)
+                        .await
+                        .expect("the bench's PostgreSQL database");
+                    let store = Census::new(store);
+                    census = Some(store.tallies());
                     builder = builder.durable(store);
                 }
                 if kind != Kind::Framework {
@@ -252,13 +269,13 @@ impl Client {
         }
     }
 
-    /// For the durable client: what its store has been asked so far, by operation and kind.
+    /// For the durable clients: what their store has been asked so far, by operation and kind.
     pub(crate) fn census(&self) -> Option<BTreeMap<String, Tally>> {
         match &self.inner {
             Inner::Sessions {
                 census: Some(census),
                 ..
-            } => Some(census.tallies()),
+            } => Some(census.lock().expect("census lock").clone()),
             _ => None,
         }
     }
@@ -268,6 +285,15 @@ impl Client {
     /// # Errors
     /// A message when the turn fails or its answer is empty.
     pub(crate) async fn turn(&self) -> Result<usize, String> {
+        self.turn_on(None).await
+    }
+
+    /// As [`Client::turn`]; a sessions client runs it on `thread` when given (the thread's history
+    /// grows turn by turn, and every request carries it), else on a new thread.
+    ///
+    /// # Errors
+    /// As [`Client::turn`].
+    pub(crate) async fn turn_on(&self, thread: Option<&str>) -> Result<usize, String> {
         self.turns.fetch_add(1, Ordering::SeqCst);
         let answer = match &self.inner {
             Inner::Framework { harness, agent } => {
@@ -280,7 +306,10 @@ impl Client {
             Inner::Sessions {
                 harness, threads, ..
             } => {
-                let thread = format!("thread-{}", threads.fetch_add(1, Ordering::SeqCst));
+                let thread = thread.map_or_else(
+                    || format!("thread-{}", threads.fetch_add(1, Ordering::SeqCst)),
+                    str::to_owned,
+                );
                 let scope = Scope::thread(thread.clone());
                 match harness
                     .execute(QUESTION, ExecuteOptions::default().thread_id(thread))

@@ -10,7 +10,14 @@
 //!   turn on a new thread (so every turn leaves an idle session behind, as a chat service would);
 //! - **durable**: the sessions client on a durable SQLite store (a fresh file in the temp dir per
 //!   client process), DESIGN.md §16's "durable turn" (target ≤ 1.5× the floor);
-//! - **bare** (the floor): plain `reqwest` + `SseDecoder` + `serde_json::Value`, two POSTs per turn.
+//! - **bare** (the floor): plain `reqwest` + `SseDecoder` + `serde_json::Value`, two POSTs per turn;
+//! - **durable-pg**: the durable client on PostgreSQL (a fresh database on the server the test support
+//!   starts on loopback, or the one at `NOETIC_TEST_PG_URL`; skipped, saying so, without either): CPU
+//!   one at a time and at 1,000 concurrent, and its store traffic (the server's CPU is not counted).
+//!
+//! A `history` phase runs 10 threads of 200 turns each on the sessions and durable clients and prints
+//! the CPU per turn over turns 1–20 against turns 181–200: what a long thread costs per turn, and
+//! whether what durability adds stays flat as the history grows.
 //!
 //! The mock server runs in a separate process (this binary re-executed with `NOETIC_BENCH_ROLE=server`),
 //! so the client process's CPU time is the client's alone; each measurement runs in a client process of
@@ -69,6 +76,8 @@ const TURNS_VAR: &str = "NOETIC_BENCH_TURNS";
 /// Runs per CPU measurement (default 5; the median is reported).
 const RUNS_VAR: &str = "NOETIC_BENCH_RUNS";
 
+/// The PostgreSQL database URL of the `durable-pg` client.
+const PG_URL_VAR: &str = "NOETIC_BENCH_PG_URL";
 /// A request header asking the server to hold the answer open (memory measurement).
 const HOLD_HEADER: &str = "x-noetic-bench-hold";
 /// A request header asking the server to pace its stream: every event in a frame of its own,
@@ -167,6 +176,48 @@ fn orchestrate() {
             timeout: CPU_CHILD_TIMEOUT,
         },
     ];
+    // The durable client once more on PostgreSQL (a server the test support starts on loopback, or
+    // the one at NOETIC_TEST_PG_URL): one turn at a time, then 1,000 at once.
+    let database = receiver_runtime.block_on(noetic_test_support::postgres::test_database());
+    let pg_url: Option<&'static str> = database
+        .as_ref()
+        .map(|database| &*Box::leak(database.url().to_owned().into_boxed_str()));
+    match pg_url {
+        Some(url) => {
+            phases.push(Phase {
+                name: "postgres",
+                vars: vec![
+                    (MODE_VAR, "cpu"),
+                    (CLIENT_VAR, Kind::DurablePg.name()),
+                    (PG_URL_VAR, url),
+                ],
+                timeout: CPU_CHILD_TIMEOUT,
+            });
+        }
+        None => noetic_test_support::postgres::print_skip("react2's durable-pg client"),
+    }
+    // Turn 1 against turn 200 of a thread, in memory and durable (PostgreSQL on a database of its
+    // own, as SQLite on a file of its own: thread names repeat across client processes).
+    let history_database = match pg_url {
+        Some(_) => receiver_runtime.block_on(noetic_test_support::postgres::test_database()),
+        None => None,
+    };
+    let history_pg_url: Option<&'static str> = history_database
+        .as_ref()
+        .map(|database| &*Box::leak(database.url().to_owned().into_boxed_str()));
+    let mut history = vec![(MODE_VAR, "history")];
+    match history_pg_url {
+        Some(url) => {
+            history.push((CLIENT_VAR, "sessions,durable,durable-pg"));
+            history.push((PG_URL_VAR, url));
+        }
+        None => history.push((CLIENT_VAR, "sessions,durable")),
+    }
+    phases.push(Phase {
+        name: "history",
+        vars: history,
+        timeout: CPU_CHILD_TIMEOUT,
+    });
     for kind in Kind::ALL {
         phases.push(Phase {
             name: kind.name(),
@@ -194,6 +245,9 @@ fn orchestrate() {
             ),
             Some("memory") => eprintln!(
                 "react2: memory, {phase}: {CONCURRENT} turns live at once, in a fresh process…"
+            ),
+            Some("history") => eprintln!(
+                "react2: history: turn 1 against turn 200 of a thread, in memory and durable…"
             ),
             Some("idle") => eprintln!(
                 "react2: idle memory, {phase}: turns one after another, in a fresh process…"
@@ -227,6 +281,27 @@ fn orchestrate() {
     }
     drop(server);
     print_table(&records);
+    if database.is_some() {
+        let pg = |case: &str| find(&records, Kind::DurablePg, case);
+        let bare = |case: &str| number(find(&records, Kind::Bare, case), "cpu_us");
+        let (sequential, concurrent) = (pg("sequential"), pg("concurrent"));
+        println!(
+            "- durable sessions on PostgreSQL (a fresh database on a loopback server; target ≤ 1.5× like \
+             SQLite): CPU µs/turn {} one at a time ({:.2}× the floor; {} allocations, {} µs wall), {} \
+             at 1,000 concurrent ({:.2}×, {} errors); the server's CPU is not counted.",
+            thousands(number(sequential, "cpu_us")),
+            number(sequential, "cpu_us") / bare("sequential"),
+            thousands(number(sequential, "allocations")),
+            thousands(number(sequential, "wall_us")),
+            thousands(number(concurrent, "cpu_us")),
+            number(concurrent, "cpu_us") / bare("concurrent"),
+            number(concurrent, "errors"),
+        );
+        print_census(&records, Kind::DurablePg);
+    }
+    print_history(&records, history_database.is_some());
+    drop(history_database);
+    drop(database);
     let off = number(find(&records, Kind::Framework, "sequential"), "cpu_us");
     let on = find(&records, Kind::Framework, "sequential_otlp");
     let spans = receiver.spans().len();
@@ -376,30 +451,7 @@ fn print_table(records: &[Record]) {
         history_kib,
         idle(Kind::Sessions) - history_kib,
     );
-    let store: Vec<&Record> = records
-        .iter()
-        .filter(|record| {
-            field(record, "client") == Kind::Durable.name() && field(record, "case") == "store"
-        })
-        .collect();
-    let commits: f64 = store
-        .iter()
-        .filter(|record| field(record, "op").starts_with("commit:"))
-        .map(|record| number(record, "calls"))
-        .sum();
-    println!(
-        "- durable store traffic per turn (one at a time; `*` an id; rows and bytes of keys and values): \
-         {commits:.1} commits, and"
-    );
-    for record in store {
-        println!(
-            "  - {}: {} calls, {} rows, {} bytes",
-            field(record, "op").replacen(':', " ", 1),
-            field(record, "calls"),
-            field(record, "rows"),
-            field(record, "bytes"),
-        );
-    }
+    print_census(records, Kind::Durable);
     for kind in Kind::ALL {
         let sequential = find(records, kind, "sequential");
         let concurrent = find(records, kind, "concurrent");
@@ -439,6 +491,63 @@ fn print_table(records: &[Record]) {
         server::HOLD_CHUNK_BYTES,
         server::HOLD_DELAY.as_millis()
     );
+}
+
+/// CPU per turn early and late in a thread's life (the `history` phase), and what durability adds.
+fn print_history(records: &[Record], with_pg: bool) {
+    let at = |kind: Kind, case: &str| number(find(records, kind, case), "cpu_us");
+    let mut kinds = vec![Kind::Sessions, Kind::Durable];
+    if with_pg {
+        kinds.push(Kind::DurablePg);
+    }
+    let line: Vec<String> = kinds
+        .iter()
+        .map(|&kind| {
+            let (first, last) = (at(kind, "history_first"), at(kind, "history_last"));
+            format!(
+                "{} {} → {} ({:.2}×)",
+                kind.name(),
+                thousands(first),
+                thousands(last),
+                last / first
+            )
+        })
+        .collect();
+    let added = |case: &str| at(Kind::Durable, case) - at(Kind::Sessions, case);
+    println!(
+        "- history (10 threads, 200 turns each; CPU µs/turn over turns 1–20 → 181–200; every request \
+         carries the thread's history, so the floor grows too): {}; what SQLite durability adds: {} → {}.",
+        line.join(", "),
+        thousands(added("history_first")),
+        thousands(added("history_last")),
+    );
+}
+
+/// What `kind`'s store was asked per turn, one at a time.
+fn print_census(records: &[Record], kind: Kind) {
+    let store: Vec<&Record> = records
+        .iter()
+        .filter(|record| field(record, "client") == kind.name() && field(record, "case") == "store")
+        .collect();
+    let commits: f64 = store
+        .iter()
+        .filter(|record| field(record, "op").starts_with("commit:"))
+        .map(|record| number(record, "calls"))
+        .sum();
+    println!(
+        "- {} store traffic per turn (one at a time; `*` an id; rows and bytes of keys and values): \
+         {commits:.1} commits, and",
+        kind.name()
+    );
+    for record in store {
+        println!(
+            "  - {}: {} calls, {} rows, {} bytes",
+            field(record, "op").replacen(':', " ", 1),
+            field(record, "calls"),
+            field(record, "rows"),
+            field(record, "bytes"),
+        );
+    }
 }
 
 /// An integer with thousands separators.

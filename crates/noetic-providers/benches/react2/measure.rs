@@ -12,6 +12,10 @@
 //!   the 1,000 turns of a batch are live at once and their events arrive one by one;
 //! - `memory` (one client): RSS before, and the peak while 1,000 turns are live at once, their answers
 //!   held open by the server. Run in a fresh process so that no earlier measurement has grown the heap.
+//! - `history` (sessions clients): [`HISTORY_THREADS`] threads, [`HISTORY_TURNS`] turns each, in rounds
+//!   (every thread's turn n, then every thread's turn n + 1); the CPU per turn of the first
+//!   [`HISTORY_WINDOW`] rounds (`history_first`) and of the last (`history_last`): what a turn costs
+//!   once its thread holds 200 turns of history, which every request carries;
 //! - `idle` (one client): RSS before and after [`IDLE_TURNS`] turns one after another; for the
 //!   sessions client (one new thread per turn) the growth per turn is the memory per idle session.
 //!
@@ -42,6 +46,12 @@ const WARMUP_TURNS: usize = 200;
 const MEMORY_WARMUP_TURNS: usize = 10;
 /// Turns (for the sessions client: idle sessions left behind) in the idle measurement.
 const IDLE_TURNS: usize = 2000;
+/// Threads in the history measurement.
+const HISTORY_THREADS: usize = 10;
+/// Turns per thread in the history measurement.
+const HISTORY_TURNS: usize = 200;
+/// Rounds measured at the start and at the end of the history measurement.
+const HISTORY_WINDOW: usize = 20;
 /// Turns before the idle measurement's first reading.
 const IDLE_WARMUP_TURNS: usize = 50;
 
@@ -92,9 +102,17 @@ pub(crate) fn client_role() {
     let mode = std::env::var(MODE_VAR).unwrap_or_else(|_| "cpu".to_owned());
     let kinds = match std::env::var(CLIENT_VAR).ok().as_deref() {
         None | Some("all") => Kind::ALL.to_vec(),
-        Some(name) => vec![Kind::parse(name).unwrap_or_else(|| {
-            panic!("{CLIENT_VAR} must be framework, sessions, durable, bare or all, not {name}")
-        })],
+        Some(names) => names
+            .split(',')
+            .map(|name| {
+                Kind::parse(name).unwrap_or_else(|| {
+                    panic!(
+                        "{CLIENT_VAR} must be all or a comma-separated list of framework, sessions, \
+                         durable, durable-pg and bare, not {names}"
+                    )
+                })
+            })
+            .collect(),
     };
     let runs: usize = env_number(RUNS_VAR).unwrap_or(5).max(1);
     let turns = env_number(TURNS_VAR);
@@ -141,9 +159,14 @@ pub(crate) fn client_role() {
             assert_eq!(clients.len(), 1, "idle mode measures one client");
             idle(&runtime, &clients[0]);
         }
+        "history" => {
+            for client in &clients {
+                history(&runtime, client);
+            }
+        }
         other => {
             panic!(
-                "{MODE_VAR} must be cpu, sequential, concurrent, paced, memory or idle, not {other}"
+                "{MODE_VAR} must be cpu, sequential, concurrent, paced, memory, idle or history, not {other}"
             )
         }
     }
@@ -305,27 +328,37 @@ fn report(kind: Kind, case: &str, samples: &mut [Sample], extra: &str) {
 /// `turns` turns one after the other in one spawned task.
 fn sequential(runtime: &tokio::runtime::Runtime, client: &Arc<Client>, turns: usize) -> Sample {
     let task_client = Arc::clone(client);
+    timed(runtime, client, "sequential", turns, async move {
+        for _ in 0..turns {
+            task_client.turn().await?;
+        }
+        Ok(())
+    })
+}
+
+/// Runs `work` (`turns` turns of `client`, `what` in a failure's message) in one spawned task and
+/// measures it; panics if a turn fails or it takes over [`RUN_TIMEOUT`].
+fn timed(
+    runtime: &tokio::runtime::Runtime,
+    client: &Client,
+    what: &str,
+    turns: usize,
+    work: impl Future<Output = Result<(), String>> + Send + 'static,
+) -> Sample {
     let alloc_start = allocations();
     let cpu_start = process_cpu();
     let started = Instant::now();
-    let outcome = runtime.block_on(async move {
-        let task = tokio::spawn(async move {
-            for _ in 0..turns {
-                task_client.turn().await?;
-            }
-            Ok::<_, String>(())
-        });
-        tokio::time::timeout(RUN_TIMEOUT, task).await
-    });
+    let outcome = runtime
+        .block_on(async move { tokio::time::timeout(RUN_TIMEOUT, tokio::spawn(work)).await });
     let wall = started.elapsed();
     let cpu = process_cpu().saturating_sub(cpu_start);
     let alloc_end = allocations();
     let name = client.kind().name();
     match outcome {
         Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(error))) => panic!("{name}: a sequential turn failed: {error}"),
-        Ok(Err(error)) => panic!("{name}: the sequential task panicked: {error}"),
-        Err(_) => panic!("{name}: {turns} sequential turns took over {RUN_TIMEOUT:?}"),
+        Ok(Ok(Err(error))) => panic!("{name}: a {what} turn failed: {error}"),
+        Ok(Err(error)) => panic!("{name}: the {what} task panicked: {error}"),
+        Err(_) => panic!("{name}: {turns} {what} turns took over {RUN_TIMEOUT:?}"),
     }
     Sample {
         cpu,
@@ -335,6 +368,42 @@ fn sequential(runtime: &tokio::runtime::Runtime, client: &Arc<Client>, turns: us
         allocations: alloc_end.0 - alloc_start.0,
         allocated: alloc_end.1 - alloc_start.1,
     }
+}
+
+/// The history measurement (see the module's doc): `history_first` and `history_last` results.
+fn history(runtime: &tokio::runtime::Runtime, client: &Arc<Client>) {
+    assert!(
+        matches!(
+            client.kind(),
+            Kind::Sessions | Kind::Durable | Kind::DurablePg
+        ),
+        "the history measurement needs a sessions client, not {}",
+        client.kind().name()
+    );
+    // Warm up on fresh threads.
+    sequential(runtime, client, WARMUP_TURNS);
+    let rounds = |range: std::ops::Range<usize>| {
+        let task_client = Arc::clone(client);
+        let turns = range.len() * HISTORY_THREADS;
+        timed(runtime, client, "history", turns, async move {
+            for _ in range {
+                for thread in 0..HISTORY_THREADS {
+                    task_client
+                        .turn_on(Some(&format!("history-{thread}")))
+                        .await?;
+                }
+            }
+            Ok(())
+        })
+    };
+    let first = rounds(0..HISTORY_WINDOW);
+    let middle = HISTORY_TURNS - HISTORY_WINDOW;
+    for start in (HISTORY_WINDOW..middle).step_by(HISTORY_WINDOW) {
+        rounds(start..(start + HISTORY_WINDOW).min(middle));
+    }
+    let last = rounds(middle..HISTORY_TURNS);
+    report(client.kind(), "history_first", &mut [first], "");
+    report(client.kind(), "history_last", &mut [last], "");
 }
 
 /// `batches` batches, one after the other, of `turns` turns spawned at once; failed turns are counted,

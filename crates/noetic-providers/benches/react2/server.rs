@@ -1,7 +1,8 @@
 //! The server role: a `MockServer` in its own process serving the react-2 conversation.
 //!
-//! A request whose `input` holds a `function_call_output` gets the ~200-word answer in 50
-//! `response.output_text.delta` events; any other request gets one `function_call` to `lookup`. Both are
+//! A request whose `input` ends with a `function_call_output` gets the ~200-word answer in 50
+//! `response.output_text.delta` events; any other request (a turn's first round: its input ends with
+//! the user's message, after the thread's history if any) gets one `function_call` to `lookup`. Both are
 //! framed as OpenResponses streams (`response.created`, `response.output_item.added`, the deltas,
 //! `response.output_item.done`, `response.completed` with usage, then `data: [DONE]`). A request with the
 //! [`HOLD_HEADER`] gets its answer in [`HOLD_CHUNK_BYTES`]-byte chunks [`HOLD_DELAY`] apart, so that many
@@ -80,13 +81,13 @@ pub(crate) fn serve() {
     runtime.shutdown_timeout(Duration::from_secs(2));
 }
 
+/// Whether the request answers the tool call: its input's last item is the call's output.
 fn has_tool_output(body: &Value) -> bool {
     body.get("input")
         .and_then(Value::as_array)
-        .is_some_and(|input| {
-            input.iter().any(|item| {
-                item.get("type").and_then(Value::as_str) == Some("function_call_output")
-            })
+        .and_then(|input| input.last())
+        .is_some_and(|item| {
+            item.get("type").and_then(Value::as_str) == Some("function_call_output")
         })
 }
 
