@@ -235,17 +235,26 @@ fn transport_message(error: &reqwest::Error) -> String {
     message
 }
 
-/// The provider's message from an error body (`{"error": {"message": …}}`, `{"message": …}`), else the
-/// start of the body itself, else the status text.
+/// The provider's message from an error body (`{"error": {"message": …}}`, `{"message": …}`), led
+/// by the error's type when it has one (`{"error": {"type": "authentication_error", …}}`: Anthropic,
+/// OpenAI), else the start of the body itself, else the status text.
 fn error_message(body: &str, status: reqwest::StatusCode) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let message = parsed.as_ref().and_then(|value| {
-        value
+        let message = value
             .pointer("/error/message")
             .or_else(|| value.get("message"))
             .or_else(|| value.get("error").filter(|error| error.is_string()))
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
+            .and_then(serde_json::Value::as_str)?;
+        Some(
+            match value
+                .pointer("/error/type")
+                .and_then(serde_json::Value::as_str)
+            {
+                Some(kind) if !kind.is_empty() => format!("{kind}: {message}"),
+                _ => message.to_owned(),
+            },
+        )
     });
     match message {
         Some(message) => message,
@@ -302,6 +311,8 @@ pub(crate) struct Endpoint<'a> {
     pub(crate) base_url: &'a str,
     pub(crate) path: &'static str,
     pub(crate) api_key: Option<&'a ApiKey>,
+    /// The header the key goes in, as the key alone; `None` for `Authorization: Bearer`.
+    pub(crate) key_header: Option<&'static str>,
     pub(crate) headers: &'a [CustomHeader],
     pub(crate) retry: RetryConfig,
     pub(crate) connect_timeout: Duration,
@@ -309,9 +320,9 @@ pub(crate) struct Endpoint<'a> {
 
 impl Endpoint<'_> {
     /// A client for `{base_url}/{path}` sending the headers: userinfo in the base URL as a
-    /// `Basic` `Authorization` header, the key as `Authorization: Bearer` (which wins), then the
-    /// custom headers (a custom `authorization` wins over both). Every credential is marked sensitive
-    /// and collected for redaction.
+    /// `Basic` `Authorization` header, the key as `Authorization: Bearer` (which wins; or alone in the
+    /// wire's key header, e.g. `x-api-key`), then the custom headers (a custom `authorization` wins
+    /// over both). Every credential is marked sensitive and collected for redaction.
     ///
     /// # Errors
     /// [`ProviderError::InvalidConfig`] for a base URL that is not HTTP(S), or an invalid header name
@@ -342,16 +353,22 @@ impl Endpoint<'_> {
             headers.insert(reqwest::header::AUTHORIZATION, basic);
         }
         if let Some(key) = self.api_key {
+            let text = match self.key_header {
+                Some(_) => key.expose().to_owned(),
+                None => format!("Bearer {}", key.expose()),
+            };
             let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
-                    ProviderError::InvalidConfig {
-                        field: "api_key",
-                        message: "not a valid header value (visible ASCII only)".to_owned(),
-                    }
+                HeaderValue::from_str(&text).map_err(|_| ProviderError::InvalidConfig {
+                    field: "api_key",
+                    message: "not a valid header value (visible ASCII only)".to_owned(),
                 })?;
             value.set_sensitive(true);
             secrets.push(key.expose().to_owned());
-            headers.insert(reqwest::header::AUTHORIZATION, value);
+            let name = match self.key_header {
+                Some(name) => reqwest::header::HeaderName::from_static(name),
+                None => reqwest::header::AUTHORIZATION,
+            };
+            headers.insert(name, value);
         }
         for header in self.headers {
             let (name, value, sensitive) = header.to_header()?;

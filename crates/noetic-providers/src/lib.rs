@@ -4,6 +4,8 @@
 //!
 //! - [`OpenResponses`]: `POST {base}/responses` with `stream: true`, for [`OpenRouter`]
 //!   (`OPENROUTER_API_KEY`), [`OpenAI`] (`OPENAI_API_KEY`) and any compatible server.
+//! - [`Anthropic`]: `POST {base}/messages`, the Anthropic Messages API natively (`ANTHROPIC_API_KEY`):
+//!   extended thinking with signatures, prompt-cache breakpoints and their accounting, server tools.
 //! - [`ChatCompletions`]: `POST {base}/chat/completions` for OpenAI-compatible servers (vLLM,
 //!   llama.cpp, Ollama, OpenRouter's chat endpoint), translated into the same OpenResponses events.
 //! - [`DemoModel`]: the offline demo model, a deterministic OpenResponses server on 127.0.0.1 inside the
@@ -22,6 +24,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod anthropic;
 #[cfg(test)]
 mod bad_bytes;
 mod body;
@@ -39,6 +42,10 @@ mod sse;
 mod stream;
 mod strict;
 
+pub use anthropic::{
+    ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, AnthropicBuilder, CacheMode,
+    DEFAULT_MAX_TOKENS,
+};
 pub use chat::{ChatCompletions, ChatCompletionsBuilder};
 pub use demo::{DEMO_MODEL_ID, DemoModel};
 pub use error::{CODES, ProviderError};

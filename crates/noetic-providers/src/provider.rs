@@ -29,8 +29,11 @@ pub(crate) trait Wire: Send + Sync + 'static {
     type Options: Clone + fmt::Debug + Default + Send + Sync + 'static;
     /// Decodes one response's SSE events.
     type Decoder: WireDecoder + Unpin;
-    /// The endpoint below the base URL (`responses`, `chat/completions`).
+    /// The endpoint below the base URL (`responses`, `chat/completions`, `messages`).
     const PATH: &'static str;
+    /// The header the API key goes in, as the key alone (Anthropic's `x-api-key`); `None` sends it
+    /// as `Authorization: Bearer <key>`.
+    const KEY_HEADER: Option<&'static str> = None;
 
     /// Serializes a round's request as a streaming body; `extra` fields replace the wire's own of the
     /// same name (see [`crate::body`]).
@@ -102,6 +105,7 @@ impl<O> Settings<O> {
             base_url: &self.base_url,
             path: W::PATH,
             api_key: self.api_key.as_ref(),
+            key_header: W::KEY_HEADER,
             headers: &self.headers,
             retry: self.retry,
             connect_timeout: self.connect_timeout,
@@ -154,8 +158,8 @@ macro_rules! shared_setters {
             self
         }
 
-        /// The API key, sent as `Authorization: Bearer …` (never logged, never in `Debug`, redacted
-        /// from errors).
+        /// The API key, sent as `Authorization: Bearer …` (on the Anthropic wire as `x-api-key: …`);
+        /// never logged, never in `Debug`, redacted from errors.
         pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
             self.settings.api_key = Some($crate::secret::ApiKey::new(api_key.into()));
             self

@@ -54,6 +54,12 @@ pub fn fixtures_dir() -> PathBuf {
     workspace_root().join("fixtures/openresponses")
 }
 
+/// The recorded Anthropic Messages responses (`fixtures/anthropic`, with their `SOURCES.md` and
+/// `MANIFEST.json`).
+pub fn anthropic_fixtures_dir() -> PathBuf {
+    workspace_root().join("fixtures/anthropic")
+}
+
 /// The workspace root: the nearest ancestor of the running package's directory (`CARGO_MANIFEST_DIR`,
 /// which cargo sets when it runs a test, bench or example) that has `fixtures/openresponses`.
 ///

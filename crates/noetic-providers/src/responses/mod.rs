@@ -169,7 +169,7 @@ impl OpenAI {
     }
 }
 
-fn read_key(var: &'static str) -> Result<String, ProviderError> {
+pub(crate) fn read_key(var: &'static str) -> Result<String, ProviderError> {
     match std::env::var(var) {
         Ok(key) if !key.trim().is_empty() => Ok(key),
         _ => Err(ProviderError::MissingApiKey { env_var: var }),

@@ -137,7 +137,7 @@ async fn a_401_fails_at_once_with_the_providers_message() {
         "4xx other than 429 is not retried"
     );
     assert!(
-        matches!(&error, Error::Provider { status: Some(401), message, .. } if message == "Invalid API key provided"),
+        matches!(&error, Error::Provider { status: Some(401), message, .. } if message == "invalid_request_error: Invalid API key provided"),
         "{error:?}"
     );
     assert!(!format!("{error} {error:?}").contains("sk-live-very-secret"));

@@ -303,8 +303,17 @@ impl MockReply {
     ///
     /// If the file cannot be read or its extension is none of those three (a bug in the test).
     pub fn fixture(name: &str) -> Self {
-        let path = crate::fixtures_dir().join(name);
-        let contents = std::fs::read(&path).unwrap_or_else(|error| {
+        Self::fixture_file(&crate::fixtures_dir().join(name))
+    }
+
+    /// As [`MockReply::fixture`], for the file at `path` (e.g. in [`crate::anthropic_fixtures_dir`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`MockReply::fixture`].
+    pub fn fixture_file(path: &std::path::Path) -> Self {
+        let name = path.display();
+        let contents = std::fs::read(path).unwrap_or_else(|error| {
             panic!(
                 "mock server: cannot read fixture {}: {error}",
                 path.display()

@@ -1,0 +1,319 @@
+//! The request side of the Messages API: a round's request as a streaming `POST /messages` body.
+//!
+//! Instructions become the top-level `system`; the items become alternating `user` / `assistant`
+//! messages of content blocks (consecutive items of one role share a message, as the API requires):
+//! text parts `text` blocks, images and PDF files `image` / `document` blocks, function calls
+//! `tool_use` blocks (the input parsed, `{}` when empty), their outputs `tool_result` blocks in the
+//! next user message, reasoning items back as the `thinking` (with its signature) or
+//! `redacted_thinking` blocks they came from, in place, and [`Item::Other`] blocks (server tools and
+//! their results) as received. Reasoning with no signature (cut off, or from another provider)
+//! cannot be replayed and is left out.
+
+use noetic_core::item::{ContentPart, Item, Role};
+use noetic_core::model::ModelRequest;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value, json};
+
+use super::decoder::REDACTED_MARK;
+use crate::body::{put, put_extra};
+use crate::error::ProviderError;
+
+/// `max_tokens` when the step sets no `max_output_tokens` (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// Prompt-cache breakpoints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CacheMode {
+    /// No `cache_control` is sent (the default).
+    #[default]
+    Off,
+    /// `cache_control: {"type": "ephemeral"}` on the system prompt, the last tool and the last block
+    /// of the last message: three of the API's four breakpoints, what users otherwise hand-roll.
+    Auto,
+}
+
+/// The wire's own body settings.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyOptions {
+    /// `thinking: {"type": "enabled", "budget_tokens": N}` when set.
+    pub(crate) thinking_budget: Option<u64>,
+    pub(crate) cache: CacheMode,
+    /// `max_tokens` when the request sets none (else [`DEFAULT_MAX_TOKENS`]).
+    pub(crate) max_tokens: Option<u64>,
+}
+
+/// Serializes a round's request as a streaming `POST /messages` body; `extra` fields replace the
+/// body's own of the same name (see [`crate::body`]).
+///
+/// # Errors
+/// [`ProviderError::InvalidConfig`] when an item cannot be expressed on this wire (a function call
+/// whose arguments are not a JSON object, an image or file given only by an id), naming it.
+pub(crate) fn request_body(
+    request: &ModelRequest<'_>,
+    options: &BodyOptions,
+    extra: &Map<String, Value>,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut messages = messages(request.input)?;
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": tool.parameters,
+            })
+        })
+        .collect();
+    let mut system: Option<Value> = request
+        .instructions
+        .map(|text| json!([{"type": "text", "text": text}]));
+    if options.cache == CacheMode::Auto {
+        let mark = |block: Option<&mut Value>| {
+            if let Some(Value::Object(block)) = block {
+                block.insert("cache_control".to_owned(), json!({"type": "ephemeral"}));
+            }
+        };
+        if let Some(Value::Array(blocks)) = &mut system {
+            mark(blocks.last_mut());
+        }
+        mark(tools.last_mut());
+        if let Some(message) = messages.last_mut() {
+            mark(message.content.last_mut());
+        }
+    }
+    let body = Body {
+        model: request.model,
+        system,
+        messages,
+        tools,
+        request,
+        options,
+        extra,
+    };
+    serde_json::to_vec(&body).map_err(|error| ProviderError::InvalidConfig {
+        field: "request",
+        message: error.to_string(),
+    })
+}
+
+struct Body<'a> {
+    model: &'a str,
+    system: Option<Value>,
+    messages: Vec<Message>,
+    tools: Vec<Value>,
+    request: &'a ModelRequest<'a>,
+    options: &'a BodyOptions,
+    extra: &'a Map<String, Value>,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let extra = self.extra;
+        let params = self.request.params;
+        let mut map = serializer.serialize_map(None)?;
+        put(&mut map, extra, "model", self.model)?;
+        let max_tokens = params
+            .max_output_tokens
+            .or(self.options.max_tokens)
+            .unwrap_or(DEFAULT_MAX_TOKENS);
+        put(&mut map, extra, "max_tokens", &max_tokens)?;
+        if let Some(system) = &self.system {
+            put(&mut map, extra, "system", system)?;
+        }
+        put(&mut map, extra, "messages", &self.messages)?;
+        if !self.tools.is_empty() {
+            put(&mut map, extra, "tools", &self.tools)?;
+        }
+        if let Some(budget) = self.options.thinking_budget {
+            let thinking = json!({"type": "enabled", "budget_tokens": budget});
+            put(&mut map, extra, "thinking", &thinking)?;
+        }
+        if let Some(temperature) = params.temperature {
+            put(&mut map, extra, "temperature", &temperature)?;
+        }
+        if let Some(top_p) = params.top_p {
+            put(&mut map, extra, "top_p", &top_p)?;
+        }
+        if !params.stop.is_empty() {
+            put(&mut map, extra, "stop_sequences", &params.stop)?;
+        }
+        if let Some(output) = self.request.output {
+            // Structured outputs (beta `structured-outputs-2025-11-13`: send that `anthropic-beta`).
+            let format = json!({"type": "json_schema", "schema": output.schema});
+            put(&mut map, extra, "output_format", &format)?;
+        }
+        put(&mut map, extra, "stream", &true)?;
+        put_extra(&mut map, extra)?;
+        map.end()
+    }
+}
+
+/// One message: a role and its content blocks.
+#[derive(Serialize, Debug)]
+pub(super) struct Message {
+    role: &'static str,
+    pub(super) content: Vec<Value>,
+}
+
+/// The items as messages, consecutive blocks of one role in one message.
+fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
+    let mut messages: Vec<Message> = Vec::with_capacity(items.len());
+    let mut push = |role: &'static str, block: Value| match messages.last_mut() {
+        Some(last) if last.role == role => last.content.push(block),
+        _ => messages.push(Message {
+            role,
+            content: vec![block],
+        }),
+    };
+    for item in items {
+        match item {
+            Item::Message(message) => {
+                let role = match message.role {
+                    Role::Assistant => "assistant",
+                    // System items are instructions already; developer text is the user's side.
+                    Role::User | Role::Developer | Role::System => "user",
+                };
+                for part in &message.content {
+                    if let Some(block) = part_block(part)? {
+                        push(role, block);
+                    }
+                }
+            }
+            Item::FunctionCall(call) => {
+                let input = if call.arguments.trim().is_empty() {
+                    Value::Object(Map::new())
+                } else {
+                    match serde_json::from_str::<Value>(&call.arguments) {
+                        Ok(input @ Value::Object(_)) => input,
+                        _ => {
+                            return Err(ProviderError::InvalidConfig {
+                                field: "input",
+                                message: format!(
+                                    "the arguments of function call `{}` are not a JSON object",
+                                    call.call_id
+                                ),
+                            });
+                        }
+                    }
+                };
+                push(
+                    "assistant",
+                    json!({"type": "tool_use", "id": call.call_id, "name": call.name, "input": input}),
+                );
+            }
+            Item::FunctionCallOutput(output) => {
+                let content = match &output.output {
+                    Value::String(text) => Value::String(text.clone()),
+                    Value::Array(parts) => Value::Array(
+                        parts
+                            .iter()
+                            .map(|part| match part.get("type").and_then(Value::as_str) {
+                                Some("input_text" | "output_text") => json!({
+                                    "type": "text",
+                                    "text": part.get("text").cloned().unwrap_or_default(),
+                                }),
+                                _ => part.clone(),
+                            })
+                            .collect(),
+                    ),
+                    other => Value::String(other.to_string()),
+                };
+                push(
+                    "user",
+                    json!({"type": "tool_result", "tool_use_id": output.call_id, "content": content}),
+                );
+            }
+            Item::Reasoning(reasoning) => {
+                let redacted = reasoning.extra.get(REDACTED_MARK.0).and_then(Value::as_str)
+                    == Some(REDACTED_MARK.1);
+                match (&reasoning.encrypted_content, redacted) {
+                    (Some(data), true) => {
+                        push(
+                            "assistant",
+                            json!({"type": "redacted_thinking", "data": data}),
+                        );
+                    }
+                    (Some(signature), false) => {
+                        let text: String = reasoning
+                            .content
+                            .iter()
+                            .flatten()
+                            .filter_map(|part| part.get("text").and_then(Value::as_str))
+                            .collect();
+                        push(
+                            "assistant",
+                            json!({"type": "thinking", "thinking": text, "signature": signature}),
+                        );
+                    }
+                    // No signature: the API would refuse it.
+                    (None, _) => {}
+                }
+            }
+            Item::Other(block) => push("assistant", block.clone()),
+            // An item kind newer than this wire: nothing to send it as.
+            _ => {}
+        }
+    }
+    Ok(messages)
+}
+
+/// A content part as a block; `None` for an empty text.
+fn part_block(part: &ContentPart) -> Result<Option<Value>, ProviderError> {
+    Ok(match part {
+        ContentPart::InputText { text } => {
+            (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+        }
+        ContentPart::OutputText { text, extra } => {
+            if text.is_empty() {
+                None
+            } else {
+                let mut block = json!({"type": "text", "text": text});
+                if let Some(Value::Array(citations)) = extra.get("annotations")
+                    && !citations.is_empty()
+                {
+                    block["citations"] = Value::Array(citations.clone());
+                }
+                Some(block)
+            }
+        }
+        ContentPart::Refusal { refusal } => Some(json!({"type": "text", "text": refusal})),
+        ContentPart::InputImage(image) => {
+            let url = image.get("image_url").and_then(Value::as_str);
+            Some(json!({"type": "image", "source": source(url, "image")?}))
+        }
+        ContentPart::InputFile(file) => {
+            let url = file
+                .get("file_data")
+                .or_else(|| file.get("file_url"))
+                .and_then(Value::as_str);
+            Some(json!({"type": "document", "source": source(url, "file")?}))
+        }
+        ContentPart::Other(value) => Some(value.clone()),
+        // `ContentPart` is non-exhaustive: a part this wire does not know goes as its JSON.
+        other => Some(serde_json::to_value(other).unwrap_or(Value::Null)),
+    })
+}
+
+/// An image or file source: a `data:` URL as base64, any other URL as `url`.
+fn source(url: Option<&str>, what: &str) -> Result<Value, ProviderError> {
+    let Some(url) = url else {
+        return Err(ProviderError::InvalidConfig {
+            field: "input",
+            message: format!("an {what} part needs a URL or data URL on the Anthropic wire"),
+        });
+    };
+    Ok(
+        match url
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"))
+        {
+            Some((media_type, data)) => {
+                json!({"type": "base64", "media_type": media_type, "data": data})
+            }
+            None => json!({"type": "url", "url": url}),
+        },
+    )
+}

@@ -1,0 +1,195 @@
+//! The decoder on crafted streams: what no recording has (errors mid-stream, unknown events and
+//! deltas, every stop reason, a stream cut before `message_stop`).
+
+use noetic_core::ResponseEvent;
+use noetic_core::item::Item;
+use noetic_core::model::{ResponseAccumulator, ResponseStatus};
+use serde_json::{Value, json};
+
+use super::AnthropicDecoder;
+use crate::decode::WireDecoder;
+
+const START: &str = r#"{"type":"message_start","message":{"id":"msg_1","model":"claude-x","usage":{"input_tokens":10,"output_tokens":1}}}"#;
+
+fn decode(events: &[Value]) -> Vec<ResponseEvent> {
+    let mut decoder = AnthropicDecoder::new();
+    let mut out = Vec::new();
+    decoder.decode(START, &mut out).unwrap();
+    for event in events {
+        decoder.decode(&event.to_string(), &mut out).unwrap();
+    }
+    decoder.finish(&mut out).unwrap();
+    out
+}
+
+fn text_block(index: u32, text: &str) -> Vec<Value> {
+    vec![
+        json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": index}),
+    ]
+}
+
+fn stop(reason: &str) -> Vec<Value> {
+    vec![
+        json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 7}}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+fn snapshot(events: &[ResponseEvent]) -> &noetic_core::model::ResponseSnapshot {
+    match events.last() {
+        Some(ResponseEvent::Finished(snapshot)) => snapshot,
+        other => panic!("no terminal event: {other:?}"),
+    }
+}
+
+#[test]
+fn every_stop_reason_has_its_outcome() {
+    for (reason, status, incomplete) in [
+        ("end_turn", ResponseStatus::Completed, None),
+        ("tool_use", ResponseStatus::Completed, None),
+        ("stop_sequence", ResponseStatus::Completed, None),
+        (
+            "max_tokens",
+            ResponseStatus::Incomplete,
+            Some("max_output_tokens"),
+        ),
+        ("pause_turn", ResponseStatus::Incomplete, Some("pause_turn")),
+        ("refusal", ResponseStatus::Incomplete, Some("refusal")),
+        (
+            "model_context_window_exceeded",
+            ResponseStatus::Incomplete,
+            Some("model_context_window_exceeded"),
+        ),
+        ("a_reason_from_the_future", ResponseStatus::Completed, None),
+    ] {
+        let mut events = text_block(0, "hi");
+        events.extend(stop(reason));
+        let out = decode(&events);
+        let snapshot = snapshot(&out);
+        assert_eq!(snapshot.status, Some(status), "{reason}");
+        assert_eq!(
+            snapshot.incomplete_reason.as_deref(),
+            incomplete,
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn an_error_event_fails_the_round_and_keeps_the_usage_reported() {
+    let mut events = text_block(0, "partial");
+    events.push(
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    );
+    // Anything after the error is ignored.
+    events.extend(stop("end_turn"));
+    let out = decode(&events);
+    assert!(out.iter().any(|event| matches!(event,
+        ResponseEvent::Error { code: Some(code), message } if code == "overloaded_error" && message == "Overloaded")));
+    let snapshot = snapshot(&out);
+    assert_eq!(snapshot.status, Some(ResponseStatus::Failed));
+    assert_eq!(
+        snapshot.error.as_deref(),
+        Some("overloaded_error: Overloaded")
+    );
+    assert_eq!(
+        snapshot.usage.unwrap().input_tokens,
+        10,
+        "charged as reported"
+    );
+    assert_eq!(
+        out.iter()
+            .filter(|e| matches!(e, ResponseEvent::Finished(_)))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn unknown_events_pass_through_and_unknown_deltas_are_skipped() {
+    let mut events = vec![
+        json!({"type": "ping"}),
+        json!({"type": "compaction_progress", "value": 1}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "shiny_new_delta", "x": 1}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "x", "input": {}}}),
+        json!({"type": "content_block_stop", "index": 1}),
+    ];
+    events.extend(stop("end_turn"));
+    let out = decode(&events);
+    assert!(out.iter().any(|event| matches!(event,
+        ResponseEvent::Other { event_type, .. } if event_type == "compaction_progress")));
+    let mut accumulator = ResponseAccumulator::new();
+    for event in &out {
+        accumulator.push(event);
+    }
+    let response = accumulator.finish("test", 0).unwrap();
+    assert_eq!(response.text().as_deref(), Some("ok"));
+    assert!(matches!(&response.items[1], Item::Other(block) if block["type"] == "mcp_tool_use"));
+}
+
+#[test]
+fn a_stream_cut_before_message_stop_has_no_terminal_event() {
+    let mut events = text_block(0, "half");
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}));
+    let out = decode(&events);
+    assert!(!out.iter().any(|e| matches!(e, ResponseEvent::Finished(_))));
+}
+
+#[test]
+fn a_tool_call_without_input_deltas_has_empty_object_arguments() {
+    let mut events = vec![
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+        json!({"type": "content_block_stop", "index": 0}),
+    ];
+    events.extend(stop("tool_use"));
+    let out = decode(&events);
+    assert!(out.iter().any(|event| matches!(event,
+        ResponseEvent::FunctionCallArgumentsDone { arguments, .. } if arguments == "{}")));
+}
+
+#[test]
+fn usage_from_message_delta_replaces_field_by_field_never_sums() {
+    let mut events = text_block(0, "x");
+    events.push(json!({"type": "message_delta", "delta": {}, "usage": {"output_tokens": 5}}));
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+        "usage": {"input_tokens": 30, "output_tokens": 9, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20}}));
+    events.push(json!({"type": "message_stop"}));
+    let usage = snapshot(&decode(&events)).usage.unwrap();
+    assert_eq!(
+        usage.input_tokens, 150,
+        "uncached + cache reads + cache writes"
+    );
+    assert_eq!(usage.output_tokens, 9);
+    assert_eq!(usage.cached_tokens, Some(100));
+}
+
+#[test]
+fn a_2024_stream_without_cache_fields_reports_cached_as_absent() {
+    let mut decoder = AnthropicDecoder::new();
+    let mut out = Vec::new();
+    for event in [
+        json!({"type": "message_start", "message": {"id": "msg_old", "model": "claude-3-haiku", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}}),
+        json!({"type": "message_stop"}),
+    ] {
+        decoder.decode(&event.to_string(), &mut out).unwrap();
+    }
+    let usage = snapshot(&out).usage.unwrap();
+    assert_eq!((usage.input_tokens, usage.output_tokens), (12, 4));
+    assert_eq!(usage.cached_tokens, None, "absent is not zero");
+}
+
+#[test]
+fn malformed_json_is_a_coded_event_error() {
+    let mut decoder = AnthropicDecoder::new();
+    let error = decoder
+        .decode(r#"{"type":"content_block_delta","index":"#, &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(error.code(), "EVENT_MALFORMED");
+}

@@ -1,0 +1,206 @@
+//! What the provider sends: headers, the body, and turn-2 requests rebuilt from decoded turn-1
+//! histories, compared with the recorded ones.
+
+use noetic_core::item::Item;
+use noetic_core::model::{ModelParams, ModelRequest, ToolSpec};
+use noetic_providers::{Anthropic, CacheMode, RetryConfig};
+use noetic_test_support::{MockReply, MockServer, anthropic_fixtures_dir};
+use serde_json::{Value, json};
+
+use super::{ask, fixture_json, provider, respond};
+
+fn tool(name: &str, parameters: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: format!("The {name} tool"),
+        parameters,
+    }
+}
+
+fn reply(file: &str) -> MockReply {
+    MockReply::fixture_file(&anthropic_fixtures_dir().join(file))
+}
+
+#[tokio::test]
+async fn the_key_goes_in_x_api_key_with_the_version_header_and_never_in_debug() {
+    let server = MockServer::start().await;
+    let provider = Anthropic::builder("sk-ant-secret-123")
+        .base_url(server.base_url())
+        .beta("structured-outputs-2025-11-13")
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    server.push(reply("anthropic.text.claude-haiku-4.5.sse"));
+    ask(&provider).await.unwrap();
+    let request = server.requests().remove(0);
+    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.header("x-api-key"), Some("sk-ant-secret-123"));
+    assert_eq!(request.header("authorization"), None);
+    assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(
+        request.header("anthropic-beta"),
+        Some("structured-outputs-2025-11-13")
+    );
+    assert!(!format!("{provider:?}").contains("sk-ant-secret-123"));
+}
+
+#[tokio::test]
+async fn a_request_carries_system_blocks_tools_and_a_max_tokens() {
+    let server = MockServer::start().await;
+    let provider = provider(&server);
+    server.push(reply("anthropic.text.claude-haiku-4.5.sse"));
+    let mut params = ModelParams::default();
+    params.temperature = Some(0.5);
+    params.stop = vec!["END".to_owned()];
+    let input = [Item::user_text("hello"), Item::user_text("again")];
+    let tools = [tool(
+        "weather",
+        json!({"type": "object", "properties": {"location": {"type": "string"}}}),
+    )];
+    let request = ModelRequest::new("claude-test", &input, &params)
+        .with_instructions(Some("Be brief."))
+        .with_tools(&tools);
+    respond(&provider, &request).await.unwrap();
+    let body = server.requests().remove(0).body;
+    assert_eq!(body["model"], "claude-test");
+    assert_eq!(body["max_tokens"], 4096, "the documented default");
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "Be brief."}])
+    );
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "hello"},
+            {"type": "text", "text": "again"},
+        ]}]),
+        "consecutive user items share one message"
+    );
+    assert_eq!(body["tools"][0]["name"], "weather");
+    assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
+    assert_eq!(body["temperature"], 0.5);
+    assert_eq!(body["stop_sequences"], json!(["END"]));
+    assert_eq!(body["stream"], true);
+    assert!(body.get("cache_control").is_none());
+}
+
+#[tokio::test]
+async fn auto_caching_marks_the_system_prompt_the_last_tool_and_the_last_block() {
+    let server = MockServer::start().await;
+    let provider = Anthropic::builder("key")
+        .base_url(server.base_url())
+        .cache(CacheMode::Auto)
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    server.push(reply("anthropic.cache-write.claude-3.5-sonnet.sse"));
+    let params = ModelParams::default();
+    let input = [Item::user_text("one"), Item::user_text("two")];
+    let tools = [
+        tool("a", json!({"type": "object"})),
+        tool("b", json!({"type": "object"})),
+    ];
+    let request = ModelRequest::new("claude-test", &input, &params)
+        .with_instructions(Some("System."))
+        .with_tools(&tools);
+    let response = respond(&provider, &request).await.unwrap();
+    let body = server.requests().remove(0).body;
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(body["system"][0]["cache_control"], ephemeral);
+    assert!(body["tools"][0].get("cache_control").is_none());
+    assert_eq!(body["tools"][1]["cache_control"], ephemeral);
+    let content = body["messages"][0]["content"].as_array().unwrap();
+    assert!(content[0].get("cache_control").is_none());
+    assert_eq!(content[1]["cache_control"], ephemeral);
+    // The capture wrote 1,167 tokens to the cache: part of the prompt, not cached (read) input.
+    let usage = response.usage.unwrap();
+    assert_eq!(usage.cached_tokens, Some(0));
+    assert!(usage.input_tokens > 1_167, "{usage:?}");
+}
+
+/// The items of the user messages of a recorded request (their text blocks).
+fn user_items(request: &Value) -> Vec<Item> {
+    let mut items = Vec::new();
+    for message in request["messages"].as_array().unwrap() {
+        if message["role"] != "user" {
+            break;
+        }
+        match &message["content"] {
+            Value::String(text) => items.push(Item::user_text(text.clone())),
+            Value::Array(blocks) => {
+                for block in blocks {
+                    items.push(Item::user_text(block["text"].as_str().unwrap().to_owned()));
+                }
+            }
+            other => panic!("unexpected content {other}"),
+        }
+    }
+    items
+}
+
+/// The messages without `cache_control` marks (the recorded client placed its own).
+fn unmarked(mut value: Value) -> Value {
+    match &mut value {
+        Value::Object(map) => {
+            map.remove("cache_control");
+            for field in map.values_mut() {
+                *field = unmarked(field.take());
+            }
+        }
+        Value::Array(values) => {
+            for field in values.iter_mut() {
+                *field = unmarked(field.take());
+            }
+        }
+        _ => {}
+    }
+    value
+}
+
+#[tokio::test]
+async fn a_turn_2_request_rebuilt_from_the_decoded_turn_1_matches_the_recorded_one() {
+    let server = MockServer::start().await;
+    let provider = provider(&server);
+    for (turn1, turn2) in [
+        (
+            "anthropic.text-then-tool.claude-sonnet-4.turn1",
+            "anthropic.text-after-tool-result.claude-sonnet-4.turn2",
+        ),
+        (
+            "anthropic.thinking-then-tool-use.claude-haiku-4.5.turn1",
+            "anthropic.text-after-thinking-tool.claude-haiku-4.5.turn2",
+        ),
+    ] {
+        let first = fixture_json(&format!("{turn1}.request.json"));
+        let recorded = fixture_json(&format!("{turn2}.request.json"));
+        let mut history = user_items(&first);
+        let params = ModelParams::default();
+        server.push(reply(&format!("{turn1}.sse")));
+        let model = first["model"].as_str().unwrap();
+        let response = respond(&provider, &ModelRequest::new(model, &history, &params))
+            .await
+            .unwrap();
+        history.extend(response.items);
+        // The tool results the recorded client sent, as our function call outputs.
+        let last = recorded["messages"].as_array().unwrap().last().unwrap();
+        for block in last["content"].as_array().unwrap() {
+            history.push(Item::FunctionCallOutput(
+                serde_json::from_value(json!({
+                    "call_id": block["tool_use_id"],
+                    "output": block["content"],
+                }))
+                .unwrap(),
+            ));
+        }
+        server.push(reply(&format!("{turn2}.sse")));
+        respond(&provider, &ModelRequest::new(model, &history, &params))
+            .await
+            .unwrap();
+        let sent = server.requests().pop().unwrap().body;
+        assert_eq!(
+            unmarked(sent["messages"].clone()),
+            unmarked(recorded["messages"].clone()),
+            "{turn2}: messages (roles, block types, tool ids, signatures, results)"
+        );
+    }
+}
