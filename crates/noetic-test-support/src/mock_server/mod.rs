@@ -417,8 +417,8 @@ impl MockReply {
         self
     }
 
-    /// Removes the last `response.completed`, `response.incomplete` or `response.failed` event and every
-    /// `data: [DONE]` event from the body.
+    /// Removes the last `response.completed`, `response.incomplete`, `response.failed` or (Anthropic)
+    /// `message_stop` event and every `data: [DONE]` event from the body.
     pub fn without_terminal_event(mut self) -> Self {
         self.without_terminal_event = true;
         self

@@ -4,11 +4,12 @@
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
-/// The types of the events that end a Responses stream.
-const TERMINAL_EVENT_TYPES: [&str; 3] = [
+/// The types of the events that end a stream: a Responses one, or an Anthropic Messages one.
+const TERMINAL_EVENT_TYPES: [&str; 4] = [
     "response.completed",
     "response.incomplete",
     "response.failed",
+    "message_stop",
 ];
 
 /// The events of an SSE body and what follows the last one.

@@ -1,0 +1,156 @@
+//! The fault kit on the Anthropic wire: stalls, drops, a missing `message_stop`, bad data, oversize
+//! events, and the statuses that are retried (429 after its `retry-after`, 529 overloaded).
+
+use std::time::Duration;
+
+use noetic_core::{AgentHarness, ContextOptions, Error, call_model};
+use noetic_providers::{Anthropic, RetryConfig};
+use noetic_test_support::{MockReply, MockServer, anthropic_fixtures_dir};
+use serde_json::json;
+
+use super::{ask, provider};
+
+fn text() -> MockReply {
+    MockReply::fixture_file(&anthropic_fixtures_dir().join("anthropic.text.claude-haiku-4.5.sse"))
+}
+
+fn retrying(server: &MockServer) -> Anthropic {
+    Anthropic::builder("key")
+        .base_url(server.base_url())
+        .retry(RetryConfig::default())
+        .build()
+        .unwrap()
+}
+
+async fn run_step(server: &MockServer, idle: Duration) -> Result<String, Error> {
+    let harness = AgentHarness::builder("faults")
+        .provider("anthropic", provider(server))
+        .idle_timeout(idle)
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    harness
+        .run(
+            &call_model("llm").model("claude-test").build(),
+            "hi".to_owned(),
+            &ctx,
+        )
+        .await
+}
+
+#[tokio::test]
+async fn a_stalled_stream_trips_the_idle_watchdog() {
+    let server = MockServer::start().await;
+    server.push(text().stall_after_events(3));
+    // Real time: the watchdog's timeout is the assertion here, not a wait for work.
+    let error = run_step(&server, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "MODEL_STREAM_STALLED", "{error}");
+}
+
+#[tokio::test]
+async fn a_dropped_connection_fails_the_round() {
+    let server = MockServer::start().await;
+    server.push(text().drop_after_events(3));
+    let error = run_step(&server, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "PROVIDER_ERROR", "{error}");
+}
+
+#[tokio::test]
+async fn a_stream_without_message_stop_is_an_error_not_a_silent_success() {
+    let server = MockServer::start().await;
+    server.push(text().without_terminal_event());
+    let error = run_step(&server, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "PROVIDER_ERROR");
+    assert!(
+        error.to_string().contains("without a terminal event"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_event_is_a_clear_error_naming_the_data() {
+    let server = MockServer::start().await;
+    server.push(text().malformed_line_after_events(2));
+    let error = ask(&provider(&server)).await.unwrap_err();
+    assert_eq!(error.code(), "EVENT_MALFORMED");
+    assert!(error.to_string().contains("{not json"), "{error}");
+}
+
+#[tokio::test]
+async fn an_oversized_event_is_refused_with_the_limit_named() {
+    let server = MockServer::start().await;
+    server.push(text().oversized_event_after_events(2, 4096));
+    let provider = Anthropic::builder("key")
+        .base_url(server.base_url())
+        .max_event_bytes(1024)
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    let error = ask(&provider).await.unwrap_err();
+    assert_eq!(error.code(), "SSE_MALFORMED");
+    assert!(error.to_string().contains("1024-byte limit"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_is_retried_after_its_retry_after_delay() {
+    let server = MockServer::start().await;
+    server.push(
+        MockReply::json(
+            429,
+            json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+        )
+        .header("retry-after", "7"),
+    );
+    server.push(text());
+    let started = tokio::time::Instant::now();
+    let response = ask(&retrying(&server)).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(7),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.request_count(), 2);
+    assert_eq!(
+        response.text().as_deref(),
+        Some("1\n2\n3"),
+        "the capture's answer"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_529_overloaded_is_retried_with_backoff() {
+    let server = MockServer::start().await;
+    server.push(MockReply::json(
+        529,
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ));
+    server.push(text());
+    let response = ask(&retrying(&server)).await.unwrap();
+    assert_eq!(server.request_count(), 2);
+    assert!(response.text().is_some());
+}
+
+#[tokio::test]
+async fn a_missing_key_names_its_variable() {
+    let error = match std::env::var(Anthropic::API_KEY_VAR) {
+        Ok(_) => {
+            // A developer's real key: unsetting it would race the other tests of this process.
+            eprintln!("SKIPPED: ANTHROPIC_API_KEY is set, so a missing key cannot be checked");
+            return;
+        }
+        Err(_) => Anthropic::from_env().unwrap_err(),
+    };
+    assert_eq!(error.code(), "MISSING_API_KEY");
+    assert!(error.to_string().contains("ANTHROPIC_API_KEY"));
+}
