@@ -10,7 +10,9 @@
 //!   this row stands in for "decode + parse" and is labelled as such;
 //! - the real provider path: `OpenResponses` streaming the same fixture from an in-process mock server
 //!   over loopback HTTP (SSE + `parse_event` + reqwest/hyper). Its client runs on a current-thread
-//!   runtime on this thread, the server on another thread, so this thread's CPU time is the client's.
+//!   runtime on this thread, the server on another thread, so this thread's CPU time is the client's;
+//! - the same for `Anthropic` on a long Messages stream made of a real capture (its deltas repeated,
+//!   about 500 KB), with its ratio to the OpenResponses row (target: within 20 %).
 //!
 //! Throughput is bytes of SSE per second of this thread's CPU time (`/proc/thread-self/schedstat`, ns;
 //! wall time where that file is missing), so other load on the machine does not skew it; MB = 10^6
@@ -28,10 +30,14 @@ use futures_util::StreamExt;
 use noetic_core::item::Item;
 use noetic_core::model::{ModelParams, ModelRequest};
 use noetic_core::{ModelProvider, ResponseEvent};
-use noetic_providers::{OpenResponses, RetryConfig, SseDecoder};
+use noetic_providers::{Anthropic, OpenResponses, RetryConfig, SseDecoder};
 use noetic_test_support::{MockReply, MockServer};
 
 const FIXTURE: &str = "openai-responses.reasoning-summary-long.o3-mini.sse";
+/// The Anthropic capture the long Anthropic stream is made of.
+const ANTHROPIC_FIXTURE: &str = "anthropic.thinking-text.claude-haiku-4.5.sse";
+/// How many times each of its deltas repeats (about 500 KB in all).
+const ANTHROPIC_REPEAT: usize = 60;
 /// Measured time per case, split into `SLICES` slices.
 const CASE_TIME: Duration = Duration::from_millis(1000);
 const SLICES: usize = 5;
@@ -93,13 +99,82 @@ fn main() {
         );
     }
 
-    let rate = provider_throughput(&input);
+    // `parse_event` turns every SSE event into one framework event, except a `[DONE]` terminator.
+    let mut expected = 0;
+    decode(&input, input.len(), |event| {
+        expected += usize::from(event.data != "[DONE]");
+    });
+    let responses = provider_throughput(
+        &input,
+        |base_url| {
+            OpenResponses::builder(base_url)
+                .name("bench")
+                .retry(RetryConfig::none())
+                .build()
+                .expect("provider")
+        },
+        Some(expected),
+    );
     row(
         "OpenResponses over loopback HTTP (parse_event), 16 KiB",
-        &rate,
+        &responses,
         "none (HTTP + parse)",
     );
+    let long = long_anthropic_stream();
+    let anthropic = provider_throughput(
+        &long,
+        |base_url| {
+            Anthropic::builder("bench-key")
+                .base_url(base_url)
+                .retry(RetryConfig::none())
+                .build()
+                .expect("provider")
+        },
+        None,
+    );
+    let ratio = anthropic.cpu / responses.cpu;
+    // Its events are smaller (a delta each), so per event the ratio differs: both are printed.
+    let long_events = decode(&long, long.len(), |_| {});
+    let per_event =
+        |rate: &Rate, bytes: usize, events: usize| rate.cpu * events as f64 / bytes as f64;
+    let event_ratio =
+        per_event(&anthropic, long.len(), long_events) / per_event(&responses, input.len(), events);
+    row(
+        &format!(
+            "Anthropic over loopback HTTP ({} KB stream, {} B/event), 16 KiB",
+            long.len() / 1000,
+            long.len() / long_events.max(1)
+        ),
+        &anthropic,
+        &format!(
+            "within 20 % of OpenResponses: {ratio:.2}× per byte ({}), {event_ratio:.2}× per event",
+            if ratio >= 0.8 { "met" } else { "MISSED" }
+        ),
+    );
     println!();
+}
+
+/// A long Anthropic stream made of a real one: the thinking and text deltas of
+/// `fixtures/anthropic/anthropic.thinking-text.claude-haiku-4.5.sse` each repeated in place
+/// [`ANTHROPIC_REPEAT`] times (the recordings are at most 21 KB).
+fn long_anthropic_stream() -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/anthropic")
+        .join(ANTHROPIC_FIXTURE);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    let mut out = String::with_capacity(text.len() * ANTHROPIC_REPEAT);
+    for event in text.split_inclusive("\n\n") {
+        let repeat = if event.contains("\"text_delta\"") || event.contains("\"thinking_delta\"") {
+            ANTHROPIC_REPEAT
+        } else {
+            1
+        };
+        for _ in 0..repeat {
+            out.push_str(event);
+        }
+    }
+    out.into_bytes()
 }
 
 /// Whether this bench runs: with filter arguments (`cargo bench -- <filter>`), only if its name
@@ -211,9 +286,14 @@ fn row(case: &str, rate: &Rate, target: &str) {
     );
 }
 
-/// The provider path: the fixture served over loopback HTTP in 16 KiB chunks, decoded by
-/// `OpenResponses` into events. The server runs on its own runtime thread; the client on this one.
-fn provider_throughput(input: &[u8]) -> Rate {
+/// A provider path: `input` served over loopback HTTP in 16 KiB chunks, decoded by the provider
+/// `make` builds for the server's base URL into events (`expected` of them, when given). The server
+/// runs on its own runtime thread; the client on this one.
+fn provider_throughput<P: ModelProvider>(
+    input: &[u8],
+    make: impl FnOnce(String) -> P,
+    expected: Option<usize>,
+) -> Rate {
     let server_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -221,12 +301,8 @@ fn provider_throughput(input: &[u8]) -> Rate {
         .expect("server runtime");
     let server = server_runtime.block_on(MockServer::start());
     server.forget_requests();
-    server.set_fallback(MockReply::fixture(FIXTURE).chunk_size(16 * 1024));
-    let provider = OpenResponses::builder(server.base_url())
-        .name("bench")
-        .retry(RetryConfig::none())
-        .build()
-        .expect("provider");
+    server.set_fallback(MockReply::sse(input.to_vec()).chunk_size(16 * 1024));
+    let provider = make(server.base_url());
     let client_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -234,11 +310,6 @@ fn provider_throughput(input: &[u8]) -> Rate {
     let params = ModelParams::default();
     let request_input = [Item::user_text("hello")];
     let request = ModelRequest::new("bench-model", &request_input, &params);
-    // `parse_event` turns every SSE event into one framework event, except a `[DONE]` terminator.
-    let mut expected = 0;
-    decode(input, input.len(), |event| {
-        expected += usize::from(event.data != "[DONE]");
-    });
     let rate = throughput(input.len(), || {
         let events = client_runtime.block_on(async {
             let stream = tokio::time::timeout(Duration::from_secs(10), provider.stream(&request))
@@ -260,7 +331,9 @@ fn provider_throughput(input: &[u8]) -> Rate {
             assert!(finished, "the stream ends with a terminal event");
             count
         });
-        assert_eq!(events, expected, "one framework event per SSE event");
+        if let Some(expected) = expected {
+            assert_eq!(events, expected, "one framework event per SSE event");
+        }
     });
     drop(client_runtime);
     drop(server);
