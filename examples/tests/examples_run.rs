@@ -10,6 +10,7 @@ fn example_command(name: &str) -> std::process::Command {
     path.push(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     let mut command = std::process::Command::new(&path);
     command.env_remove("OPENROUTER_API_KEY");
+    command.env_remove("ANTHROPIC_API_KEY");
     command
 }
 
@@ -255,4 +256,13 @@ fn the_approval_example_runs_the_approved_call_and_feeds_back_a_rejection() {
         "{rejected}"
     );
     assert!(!rejected.contains("sent \""), "{rejected}");
+}
+
+#[test]
+fn the_anthropic_example_answers_offline_from_the_recorded_claude_replies() {
+    let (stdout, stderr) = run_example("anthropic", &[]);
+    assert!(stderr.contains("no ANTHROPIC_API_KEY set"), "{stderr}");
+    // The second recorded reply, after the weather tool ran.
+    assert!(stdout.contains("Florence"), "{stdout}");
+    assert!(stderr.contains("input tokens"), "{stderr}");
 }

@@ -16,10 +16,12 @@ usage:
   noetic --version                            print the version
 
 options:
-  --provider openrouter|openai|responses|chat|demo   the provider (default: openrouter with a key,
+  --provider openrouter|openai|anthropic|responses|chat|demo
+                            the provider (default: openrouter with a key,
                             responses with --base-url, else the offline demo model)
   --base-url URL            the provider's base URL (required by responses and chat)
-  --api-key-env NAME        the env var holding the API key (default: OPENROUTER_API_KEY / OPENAI_API_KEY)
+  --api-key-env NAME        the env var holding the API key (default: OPENROUTER_API_KEY /
+                            OPENAI_API_KEY / ANTHROPIC_API_KEY)
   --model MODEL             the model of nodes that name none
   --thread ID               the session thread (default __default__)
   --name NAME               the harness name, prefix of framework event types (default noetic)
@@ -135,11 +137,18 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
             "-V" | "--version" => return Ok((Command::Version, options)),
             "--provider" => {
                 let provider = value("--provider")?;
-                if !["openrouter", "openai", "responses", "chat", "demo"]
-                    .contains(&provider.as_str())
+                if ![
+                    "openrouter",
+                    "openai",
+                    "anthropic",
+                    "responses",
+                    "chat",
+                    "demo",
+                ]
+                .contains(&provider.as_str())
                 {
                     return Err(format!(
-                        "--provider must be openrouter, openai, responses, chat or demo, not `{provider}`"
+                        "--provider must be openrouter, openai, anthropic, responses, chat or demo, not `{provider}`"
                     ));
                 }
                 options.provider = Some(provider);

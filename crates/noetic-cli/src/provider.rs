@@ -3,7 +3,7 @@
 
 use noetic_core::ModelProvider;
 use noetic_providers::{
-    ChatCompletions, DemoModel, OpenAI, OpenResponses, OpenRouter, ProviderError,
+    Anthropic, ChatCompletions, DemoModel, OpenAI, OpenResponses, OpenRouter, ProviderError,
 };
 
 use crate::args::Options;
@@ -67,6 +67,13 @@ pub(crate) async fn choose(options: &Options) -> Result<Chosen, ProviderError> {
                 builder = builder.base_url(base_url);
             }
             simple(Box::new(builder.build()?), "openai")
+        }
+        "anthropic" => {
+            let mut builder = Anthropic::builder(need_key(Anthropic::API_KEY_VAR)?);
+            if let Some(base_url) = &options.base_url {
+                builder = builder.base_url(base_url);
+            }
+            simple(Box::new(builder.build()?), "anthropic")
         }
         "responses" | "chat" => {
             let base_url = options

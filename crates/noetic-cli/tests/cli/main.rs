@@ -53,6 +53,7 @@ where
         .current_dir(workspace_root())
         .env_remove("OPENROUTER_API_KEY")
         .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

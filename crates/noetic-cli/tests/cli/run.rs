@@ -1,5 +1,5 @@
 //! `noetic run`: streamed text, `--events jsonl`, `--output json`, the usage line, the prompt from
-//! stdin, provider errors, and the Chat Completions provider.
+//! stdin, provider errors, and the Chat Completions and Anthropic providers.
 
 use noetic_test_support::{MockReply, MockServer};
 use serde_json::{Value, json};
@@ -356,4 +356,46 @@ async fn a_missing_api_key_exits_1_naming_the_variable_once() {
         );
         assert_eq!(finished.stdout, "");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_anthropic_provider_streams_text_with_its_key_in_x_api_key() {
+    let server = MockServer::start().await;
+    server.push(MockReply::fixture_file(
+        &noetic_test_support::anthropic_fixtures_dir().join("anthropic.text.claude-haiku-4.5.sse"),
+    ));
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &echo_flow());
+    let child = crate::noetic([
+        "run",
+        &flow,
+        "Count to three",
+        "--provider",
+        "anthropic",
+        "--base-url",
+        &server.base_url(),
+        "--model",
+        "claude-haiku-4-5",
+    ])
+    .env("ANTHROPIC_API_KEY", "sk-ant-cli-test")
+    .spawn()
+    .expect("the noetic binary starts");
+    let finished = crate::finished(child).await;
+
+    finished.assert_code(0);
+    assert_eq!(finished.stdout, "1\n2\n3\n");
+    assert!(
+        finished
+            .stderr
+            .lines()
+            .any(|line| line.starts_with("usage: 15 input tokens (0 cached), 9 output tokens")),
+        "{}",
+        finished.stderr
+    );
+    assert!(!finished.stderr.contains("sk-ant-cli-test"));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].header("x-api-key"), Some("sk-ant-cli-test"));
+    assert_eq!(requests[0].body["model"], "claude-haiku-4-5");
 }
