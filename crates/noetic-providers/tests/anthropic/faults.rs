@@ -50,13 +50,31 @@ async fn a_stalled_stream_trips_the_idle_watchdog() {
 }
 
 #[tokio::test]
-async fn a_dropped_connection_fails_the_round() {
+async fn a_dropped_connection_fails_the_round_and_leaves_the_call_pending_under_its_message_id() {
     let server = MockServer::start().await;
     server.push(text().drop_after_events(3));
-    let error = run_step(&server, Duration::from_secs(60))
+    let harness = AgentHarness::builder("faults")
+        .provider("anthropic", provider(&server))
+        .build()
+        .unwrap();
+    let ctx = harness.create_context(ContextOptions::new());
+    let error = harness
+        .run(
+            &call_model("llm").model("claude-test").build(),
+            "hi".to_owned(),
+            &ctx,
+        )
         .await
         .unwrap_err();
     assert_eq!(error.code(), "PROVIDER_ERROR", "{error}");
+    // Cut after `message_start`: the provider may bill it, and its message id names it.
+    let pending = harness.pending_spend().await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(
+        pending[0].generation_id.as_deref(),
+        Some("msg_011CeCGmCzjcUtmtEmMdEiM2")
+    );
+    assert!(pending[0].dispatch_id.is_some());
 }
 
 #[tokio::test]
