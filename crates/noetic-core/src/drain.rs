@@ -145,6 +145,8 @@ mod camel_usage {
         cached_tokens: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reasoning_tokens: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_write_tokens: Option<u64>,
     }
 
     pub(super) fn serialize<S: Serializer>(
@@ -157,6 +159,7 @@ mod camel_usage {
                 output_tokens: usage.output_tokens,
                 cached_tokens: usage.cached_tokens,
                 reasoning_tokens: usage.reasoning_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
             })
             .serialize(serializer)
     }
@@ -169,6 +172,7 @@ mod camel_usage {
                 input_tokens: camel.input_tokens,
                 output_tokens: camel.output_tokens,
                 cached_tokens: camel.cached_tokens,
+                cache_write_tokens: camel.cache_write_tokens,
                 reasoning_tokens: camel.reasoning_tokens,
             }),
         )

@@ -79,6 +79,9 @@ pub mod attr {
     pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
     /// `gen_ai.usage.cache_read.input_tokens`: only when the provider reported it.
     pub const CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+    /// `gen_ai.usage.cache_creation.input_tokens`: input written to the prompt cache, only when the
+    /// provider reported it (Anthropic).
+    pub const CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
     /// `gen_ai.tool.name`.
     pub const TOOL_NAME: &str = "gen_ai.tool.name";
     /// `gen_ai.tool.call.id`.
@@ -240,6 +243,7 @@ pub(crate) fn chat_span(provider: &str, model: &str, round: u32) -> Span {
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
         gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+        gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
         noetic.cost = tracing::field::Empty,
         gen_ai.system_instructions = tracing::field::Empty,
         gen_ai.input.messages = tracing::field::Empty,
@@ -357,6 +361,9 @@ pub(crate) fn record_response(span: &Span, response: &ModelResponse) {
         span.record(attr::OUTPUT_TOKENS, int(usage.output_tokens));
         if let Some(cached) = usage.cached_tokens {
             span.record(attr::CACHE_READ_INPUT_TOKENS, int(cached));
+        }
+        if let Some(written) = usage.cache_write_tokens {
+            span.record(attr::CACHE_CREATION_INPUT_TOKENS, int(written));
         }
     }
     if let Some(cost) = response.cost {

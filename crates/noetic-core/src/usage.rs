@@ -1,6 +1,6 @@
 //! Token usage and cost accounting.
 //!
-//! `cached_tokens` and `reasoning_tokens` are `Option`: a provider that never reported them leaves them
+//! `cached_tokens`, `reasoning_tokens` and `cache_write_tokens` are `Option`: a provider that never reported them leaves them
 //! absent, which is not the same as a reported zero. Sums keep that distinction: absent + absent is
 //! absent, absent + 4 is 4.
 
@@ -21,6 +21,11 @@ pub struct TokenUsage {
     /// Output tokens spent on reasoning, when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
+    /// Input tokens written to the provider's prompt cache, when reported (Anthropic's
+    /// `cache_creation_input_tokens`): part of `input_tokens`, billed above the input price, and not
+    /// `cached_tokens` (which the cache served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
 }
 
 impl TokenUsage {
@@ -35,6 +40,7 @@ impl TokenUsage {
             && self.output_tokens == 0
             && self.cached_tokens.is_none()
             && self.reasoning_tokens.is_none()
+            && self.cache_write_tokens.is_none()
     }
 }
 
@@ -53,6 +59,7 @@ impl Add for TokenUsage {
             input_tokens: self.input_tokens + other.input_tokens,
             output_tokens: self.output_tokens + other.output_tokens,
             cached_tokens: add_optional(self.cached_tokens, other.cached_tokens),
+            cache_write_tokens: add_optional(self.cache_write_tokens, other.cache_write_tokens),
             reasoning_tokens: add_optional(self.reasoning_tokens, other.reasoning_tokens),
         }
     }

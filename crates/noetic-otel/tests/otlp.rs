@@ -3,7 +3,7 @@
 //! Completions) replaying a recorded stream that reports cached tokens.
 
 use noetic_core::{AgentHarness, CallModelDefaults, ContextOptions, ModelProvider, call_model};
-use noetic_providers::{ChatCompletions, OpenResponses, RetryConfig};
+use noetic_providers::{Anthropic, ChatCompletions, OpenResponses, RetryConfig};
 use noetic_test_support::{AttributeValue, MockReply, MockServer, OtlpReceiver, ReceivedSpan};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -122,6 +122,39 @@ fn a_responses_round_exports_its_token_counts_as_ints() {
     assert_eq!(
         round.value("gen_ai.response.model").cloned(),
         Some(AttributeValue::String("gpt-5-2025-08-07".to_owned()))
+    );
+}
+
+#[test]
+fn an_anthropic_round_exports_its_cache_writes_and_reads_as_ints() {
+    let servers = Servers::start();
+    servers.provider.push(MockReply::fixture_file(
+        &noetic_test_support::anthropic_fixtures_dir()
+            .join("anthropic.cache-write.claude-3.5-sonnet.sse"),
+    ));
+    let provider = Anthropic::builder("sk-ant-typed")
+        .base_url(servers.provider.base_url())
+        .retry(RetryConfig::none())
+        .build()
+        .expect("provider");
+    let round = export_round(&servers.receiver, provider);
+    // The capture's usage: 4 uncached input tokens and 1,167 written to the cache, none read.
+    assert_eq!(round.value("gen_ai.usage.input_tokens").cloned(), int(1171));
+    assert_eq!(
+        round
+            .value("gen_ai.usage.cache_creation.input_tokens")
+            .cloned(),
+        int(1167)
+    );
+    assert_eq!(
+        round.value("gen_ai.usage.cache_read.input_tokens").cloned(),
+        int(0)
+    );
+    assert_eq!(
+        round.value("gen_ai.response.model").cloned(),
+        Some(AttributeValue::String(
+            "claude-3-5-sonnet-20240620".to_owned()
+        ))
     );
 }
 

@@ -547,6 +547,7 @@ async fn cached_tokens_and_cost_add_up_when_reported() {
         input_tokens: 100,
         output_tokens: 10,
         cached_tokens: cached,
+        cache_write_tokens: None,
         reasoning_tokens: None,
     };
     let model = ScriptedModel::with_responses([
@@ -580,6 +581,7 @@ async fn a_reported_zero_cached_count_stays_zero() {
         input_tokens: 5,
         output_tokens: 1,
         cached_tokens: Some(0),
+        cache_write_tokens: None,
         reasoning_tokens: None,
     };
     let model =

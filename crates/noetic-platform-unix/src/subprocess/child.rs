@@ -275,6 +275,10 @@ fn since(now: Spend, before: Spend) -> Spend {
                 .output_tokens
                 .saturating_sub(before.usage.output_tokens),
             cached_tokens: minus(now.usage.cached_tokens, before.usage.cached_tokens),
+            cache_write_tokens: minus(
+                now.usage.cache_write_tokens,
+                before.usage.cache_write_tokens,
+            ),
             reasoning_tokens: minus(now.usage.reasoning_tokens, before.usage.reasoning_tokens),
         },
         cost: now.cost.map(|now| now - before.cost.unwrap_or(0.0)),

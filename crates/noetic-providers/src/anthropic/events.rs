@@ -102,6 +102,7 @@ impl WireUsage {
             input_tokens: input,
             output_tokens: self.output_tokens.unwrap_or(0),
             cached_tokens: self.cache_read_input_tokens,
+            cache_write_tokens: self.cache_creation_input_tokens,
             reasoning_tokens: None,
         }
     }

@@ -102,6 +102,7 @@ impl WireUsage {
             cached_tokens: self
                 .prompt_tokens_details
                 .and_then(|details| details.cached_tokens),
+            cache_write_tokens: None,
             reasoning_tokens: self
                 .completion_tokens_details
                 .and_then(|details| details.reasoning_tokens),

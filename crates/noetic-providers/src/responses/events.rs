@@ -343,6 +343,7 @@ impl WireUsage {
             cached_tokens: self
                 .input_tokens_details
                 .and_then(|details| details.cached_tokens),
+            cache_write_tokens: None,
             reasoning_tokens: self
                 .output_tokens_details
                 .and_then(|details| details.reasoning_tokens),

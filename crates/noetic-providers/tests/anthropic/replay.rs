@@ -144,6 +144,11 @@ fn check(file: &str, chunk: usize, facts: &Value, response: &ModelResponse) {
         "{label}: cached = cache reads (absent stays absent)"
     );
     assert_eq!(
+        usage.cache_write_tokens,
+        field("cache_creation_input_tokens"),
+        "{label}: cache writes kept as their own count"
+    );
+    assert_eq!(
         response.model.as_deref(),
         facts["model"].as_str(),
         "{label}"

@@ -79,6 +79,7 @@ fn usage(input: u64, output: u64, cached: Option<u64>, reasoning: Option<u64>) -
         input_tokens: input,
         output_tokens: output,
         cached_tokens: cached,
+        cache_write_tokens: None,
         reasoning_tokens: reasoning,
     }
 }
