@@ -43,13 +43,15 @@ mod stream;
 mod strict;
 
 pub use anthropic::{
-    ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, AnthropicBuilder, CacheMode,
-    DEFAULT_MAX_TOKENS,
+    ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, AnthropicBuilder, DEFAULT_MAX_TOKENS,
 };
 pub use chat::{ChatCompletions, ChatCompletionsBuilder};
 pub use demo::{DEMO_MODEL_ID, DemoModel};
 pub use error::{CODES, ProviderError};
 pub use http::RetryConfig;
+/// Prompt-cache breakpoints ([`Anthropic`]): a provider setting, or per step with
+/// `call_model(..).prompt_cache(..)`.
+pub use noetic_core::model::PromptCache;
 pub use responses::{
     OPENAI_BASE_URL, OPENROUTER_BASE_URL, OpenAI, OpenResponses, OpenResponsesBuilder, OpenRouter,
 };

@@ -83,6 +83,27 @@ pub struct ModelParams {
     /// Stop sequences.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// Extended thinking: the tokens a provider that supports a budget may spend on reasoning
+    /// (Anthropic's `thinking.budget_tokens`); providers without one ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<u64>,
+    /// Prompt-cache breakpoints, for providers that place them (Anthropic); `None` leaves it to the
+    /// provider's own setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<PromptCache>,
+}
+
+/// Where a provider that caches prompts by breakpoints places them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PromptCache {
+    /// No breakpoints.
+    #[default]
+    Off,
+    /// On the system prompt, the last tool and the last block of the last message (Anthropic: three
+    /// of its four breakpoints), what users otherwise place by hand.
+    Auto,
 }
 
 /// A JSON Schema response format for structured output.

@@ -16,13 +16,13 @@ mod tests;
 
 use futures_util::future::BoxFuture;
 use noetic_core::ModelProvider;
-use noetic_core::model::{ModelRequest, ModelStream};
+use noetic_core::model::{ModelRequest, ModelStream, PromptCache};
 use serde_json::{Map, Value};
 
 pub(crate) use decoder::AnthropicDecoder;
 use decoder::whole_message_events;
+pub use request::DEFAULT_MAX_TOKENS;
 use request::{BodyOptions, request_body};
-pub use request::{CacheMode, DEFAULT_MAX_TOKENS};
 
 use crate::error::ProviderError;
 use crate::provider::{HttpProvider, Settings, WholeResponse, Wire, shared_setters};
@@ -87,15 +87,17 @@ impl Anthropic {
 impl AnthropicBuilder {
     shared_setters!("anthropic");
 
-    /// Extended thinking with a budget of `budget_tokens` (`thinking: {"type": "enabled", …}`); the
-    /// thinking comes back as reasoning items, replayed with their signatures.
+    /// Extended thinking with a budget of `budget_tokens` (`thinking: {"type": "enabled", …}`) for
+    /// steps that set none (`call_model(..).thinking(..)` wins); the thinking comes back as reasoning
+    /// items, replayed with their signatures.
     pub fn thinking(mut self, budget_tokens: u64) -> Self {
         self.settings.options.thinking_budget = Some(budget_tokens);
         self
     }
 
-    /// Prompt-cache breakpoints (default [`CacheMode::Off`]).
-    pub fn cache(mut self, cache: CacheMode) -> Self {
+    /// Prompt-cache breakpoints for steps that set none (`call_model(..).prompt_cache(..)` wins;
+    /// default [`PromptCache::Off`]).
+    pub fn cache(mut self, cache: PromptCache) -> Self {
         self.settings.options.cache = cache;
         self
     }

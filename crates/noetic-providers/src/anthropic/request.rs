@@ -10,7 +10,7 @@
 //! cannot be replayed and is left out.
 
 use noetic_core::item::{ContentPart, Item, Role};
-use noetic_core::model::ModelRequest;
+use noetic_core::model::{ModelRequest, PromptCache};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
@@ -22,24 +22,13 @@ use crate::error::ProviderError;
 /// `max_tokens` when the step sets no `max_output_tokens` (the API requires one).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
-/// Prompt-cache breakpoints.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CacheMode {
-    /// No `cache_control` is sent (the default).
-    #[default]
-    Off,
-    /// `cache_control: {"type": "ephemeral"}` on the system prompt, the last tool and the last block
-    /// of the last message: three of the API's four breakpoints, what users otherwise hand-roll.
-    Auto,
-}
-
 /// The wire's own body settings.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BodyOptions {
-    /// `thinking: {"type": "enabled", "budget_tokens": N}` when set.
+    /// `thinking: {"type": "enabled", "budget_tokens": N}` when set and the step sets none.
     pub(crate) thinking_budget: Option<u64>,
-    pub(crate) cache: CacheMode,
+    /// The breakpoints when the step sets none.
+    pub(crate) cache: PromptCache,
     /// `max_tokens` when the request sets none (else [`DEFAULT_MAX_TOKENS`]).
     pub(crate) max_tokens: Option<u64>,
 }
@@ -70,7 +59,8 @@ pub(crate) fn request_body(
     let mut system: Option<Value> = request
         .instructions
         .map(|text| json!([{"type": "text", "text": text}]));
-    if options.cache == CacheMode::Auto {
+    let cache = request.params.prompt_cache.unwrap_or(options.cache);
+    if cache == PromptCache::Auto {
         let mark = |block: Option<&mut Value>| {
             if let Some(Value::Object(block)) = block {
                 block.insert("cache_control".to_owned(), json!({"type": "ephemeral"}));
@@ -127,7 +117,7 @@ impl Serialize for Body<'_> {
         if !self.tools.is_empty() {
             put(&mut map, extra, "tools", &self.tools)?;
         }
-        if let Some(budget) = self.options.thinking_budget {
+        if let Some(budget) = params.thinking_budget.or(self.options.thinking_budget) {
             let thinking = json!({"type": "enabled", "budget_tokens": budget});
             put(&mut map, extra, "thinking", &thinking)?;
         }

@@ -3,7 +3,7 @@
 
 use noetic_core::item::Item;
 use noetic_core::model::{ModelParams, ModelRequest, ToolSpec};
-use noetic_providers::{Anthropic, CacheMode, RetryConfig};
+use noetic_providers::{Anthropic, PromptCache, RetryConfig};
 use noetic_test_support::{MockReply, MockServer, anthropic_fixtures_dir};
 use serde_json::{Value, json};
 
@@ -89,7 +89,7 @@ async fn auto_caching_marks_the_system_prompt_the_last_tool_and_the_last_block()
     let server = MockServer::start().await;
     let provider = Anthropic::builder("key")
         .base_url(server.base_url())
-        .cache(CacheMode::Auto)
+        .cache(PromptCache::Auto)
         .retry(RetryConfig::none())
         .build()
         .unwrap();
@@ -203,4 +203,54 @@ async fn a_turn_2_request_rebuilt_from_the_decoded_turn_1_matches_the_recorded_o
             "{turn2}: messages (roles, block types, tool ids, signatures, results)"
         );
     }
+}
+
+#[tokio::test]
+async fn a_steps_thinking_budget_and_cache_win_over_the_providers() {
+    let server = MockServer::start().await;
+    let provider = Anthropic::builder("key")
+        .base_url(server.base_url())
+        .thinking(1024)
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    let input = [Item::user_text("think")];
+    // The provider's budget, no caching.
+    server.push(reply("anthropic.thinking-text.claude-haiku-4.5.sse"));
+    let params = ModelParams::default();
+    respond(
+        &provider,
+        &ModelRequest::new("claude-test", &input, &params),
+    )
+    .await
+    .unwrap();
+    // The step's budget and caching.
+    server.push(reply("anthropic.thinking-text.claude-haiku-4.5.sse"));
+    let mut params = ModelParams::default();
+    params.thinking_budget = Some(4096);
+    params.prompt_cache = Some(PromptCache::Auto);
+    respond(
+        &provider,
+        &ModelRequest::new("claude-test", &input, &params),
+    )
+    .await
+    .unwrap();
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024})
+    );
+    assert!(
+        requests[0].body["messages"][0]["content"][0]
+            .get("cache_control")
+            .is_none()
+    );
+    assert_eq!(
+        requests[1].body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 4096})
+    );
+    assert_eq!(
+        requests[1].body["messages"][0]["content"][0]["cache_control"],
+        json!({"type": "ephemeral"})
+    );
 }

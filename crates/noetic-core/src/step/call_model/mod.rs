@@ -251,6 +251,21 @@ impl<O> CallModelBuilder<O> {
         self
     }
 
+    /// Extended thinking with a budget of `budget_tokens` (providers with a thinking budget:
+    /// Anthropic; the others ignore it). The thinking comes back as reasoning items, replayed with
+    /// their signatures.
+    pub fn thinking(mut self, budget_tokens: u64) -> Self {
+        self.spec.params.thinking_budget = Some(budget_tokens);
+        self
+    }
+
+    /// Prompt-cache breakpoints for this step (providers that place them: Anthropic), over the
+    /// provider's own setting.
+    pub fn prompt_cache(mut self, cache: crate::model::PromptCache) -> Self {
+        self.spec.params.prompt_cache = Some(cache);
+        self
+    }
+
     /// All sampling parameters at once.
     pub fn params(mut self, params: ModelParams) -> Self {
         self.spec.params = params;
