@@ -416,6 +416,61 @@ async fn three_failed_recoveries_fail_the_step_with_model_call_failed() {
     );
 }
 
+#[tokio::test]
+async fn a_refusal_fails_the_step_at_once_without_recovery_rounds() {
+    let model = ScriptedModel::responding(|_| ScriptedResponse::incomplete("refusal"));
+    let (harness, ctx, _log) = setup(&model);
+    let step = call_model("llm").model("m").build();
+
+    let error = harness.run(&step, "q".to_owned(), &ctx).await.unwrap_err();
+
+    assert_eq!(error.code(), "MODEL_CALL_FAILED");
+    assert!(error.to_string().contains("refusal"), "{error}");
+    assert_eq!(
+        model.request_count(),
+        1,
+        "asking to continue cannot change a refusal"
+    );
+}
+
+#[tokio::test]
+async fn a_paused_round_is_kept_and_the_request_repeated_without_continue() {
+    let paused = ScriptedResponse::events(vec![
+        ResponseEvent::OutputItemDone {
+            output_index: 0,
+            item: Item::Other(
+                json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}}),
+            ),
+        },
+        ResponseEvent::Finished(Box::new(noetic_core::model::ResponseSnapshot {
+            status: Some(noetic_core::model::ResponseStatus::Incomplete),
+            incomplete_reason: Some("pause_turn".to_owned()),
+            ..Default::default()
+        })),
+    ]);
+    let model = ScriptedModel::with_responses([paused, ScriptedResponse::text("found it")]);
+    let (harness, ctx, _log) = setup(&model);
+    let step = call_model("llm").model("m").build();
+
+    let answer = harness.run(&step, "q".to_owned(), &ctx).await.unwrap();
+
+    assert_eq!(answer, "found it");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].user_texts(), ["q"], "no continue message");
+    assert!(
+        matches!(requests[1].input.last(), Some(Item::Other(block)) if block["type"] == "server_tool_use"),
+        "the paused output is sent back as it is: {:?}",
+        requests[1].input
+    );
+    assert!(
+        ctx.items()
+            .iter()
+            .any(|item| matches!(item, Item::Other(_))),
+        "and kept in the log"
+    );
+}
+
 fn stalled_model() -> ScriptedModel {
     ScriptedModel::with_responses([ScriptedResponse::stall_after(vec![
         ResponseEvent::Created {

@@ -7,6 +7,10 @@
 //!   `TOOL_ROUND_LIMIT`. A model that always calls tools therefore gets 32 + 3 = 35 requests.
 //! - An `incomplete` or `failed` response, or a `completed` one with no output, is discarded and
 //!   followed by a recovery round the same way; after 3 in a row the step fails with `MODEL_CALL_FAILED`.
+//!   Two incomplete reasons are not recovered that way: a `refusal` fails the step at once (asking to
+//!   continue cannot change it), and a `pause_turn` (a provider's server-tool loop paused, Anthropic)
+//!   keeps its output in the conversation and repeats the request as it is, at most
+//!   [`MAX_TOOL_ROUNDS`] times in a step.
 //! - The `continue` message is never stored: it exists only in the request that carries it.
 //! - Every round is charged, discarded ones included: the provider billed it.
 
@@ -37,6 +41,11 @@ pub const MAX_TOOL_ROUNDS: u32 = 32;
 pub const MAX_RECOVERIES: u32 = 3;
 /// The text of the ephemeral recovery message.
 const CONTINUE: &str = "continue";
+/// The incomplete reason of a round whose provider-side tool loop paused: its output is kept and the
+/// request repeated.
+const PAUSE_TURN: &str = "pause_turn";
+/// The incomplete reason of a refusal: no recovery round can change it.
+const REFUSAL: &str = "refusal";
 /// How many times per step the layers' `after_model_call` may guide the model before its answer is
 /// accepted anyway.
 const MAX_GUIDES: u32 = 3;
@@ -176,6 +185,8 @@ struct RoundState {
     tool_rounds: u32,
     /// Discarded (failed, incomplete or empty) responses in a row.
     failures: u32,
+    /// Paused rounds kept (`pause_turn`).
+    pauses: u32,
     /// Recovery rounds asked for since the tool-round cap was reached.
     limit_attempts: u32,
     /// How often the layers guided the model.
@@ -194,6 +205,7 @@ impl RoundState {
             round: resumed.map_or(0, |cursor| cursor.round),
             tool_rounds: resumed.map_or(0, |cursor| cursor.tool_rounds),
             failures: 0,
+            pauses: 0,
             limit_attempts: 0,
             guides: 0,
             carry_continue: false,
@@ -264,6 +276,10 @@ impl RoundLoop<'_> {
             self.ctx.charge(round_spend);
             self.state.spend += round_spend;
 
+            if self.paused(&response) {
+                self.keep_paused_round(response.items).await?;
+                continue;
+            }
             if response.status != ResponseStatus::Completed || response.items.is_empty() {
                 self.discard_failed(&response)?;
                 continue;
@@ -375,12 +391,38 @@ impl RoundLoop<'_> {
         Ok(())
     }
 
+    /// Whether `response` is a paused server-tool loop to continue: output and no function calls to
+    /// answer, under the step's cap.
+    fn paused(&self, response: &ModelResponse) -> bool {
+        response.status == ResponseStatus::Incomplete
+            && response.incomplete_reason.as_deref() == Some(PAUSE_TURN)
+            && !response.items.is_empty()
+            && response.function_calls().next().is_none()
+            && self.state.pauses < MAX_TOOL_ROUNDS
+    }
+
+    /// A paused round: its output joins the conversation and the log as it is, and the next request
+    /// repeats it so the provider continues where it paused.
+    async fn keep_paused_round(&mut self, items: Vec<Item>) -> Result<()> {
+        self.state.pauses += 1;
+        self.state.failures = 0;
+        for item in items {
+            self.ctx.append_item(item.clone());
+            self.conversation.push(item);
+        }
+        self.record_round(self.state.tool_rounds).await?;
+        self.state.round += 1;
+        Ok(())
+    }
+
     /// A failed, incomplete or empty response: discarded, and a recovery round follows unless there
-    /// were too many in a row (`MODEL_CALL_FAILED`).
+    /// were too many in a row, or it is a refusal (`MODEL_CALL_FAILED`).
     fn discard_failed(&mut self, response: &ModelResponse) -> Result<()> {
         let (ctx, emit, round) = (self.ctx, self.env.emit, self.state.round);
         self.state.failures += 1;
-        let recoverable = self.state.failures <= MAX_RECOVERIES;
+        let refused = response.status == ResponseStatus::Incomplete
+            && response.incomplete_reason.as_deref() == Some(REFUSAL);
+        let recoverable = self.state.failures <= MAX_RECOVERIES && !refused;
         let message = failure_message(response);
         if emit.active(ctx) {
             emit.emit(
