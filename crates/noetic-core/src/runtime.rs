@@ -248,6 +248,7 @@ fn provider_hint(name: &str) -> String {
     match name {
         "openrouter" => "set OPENROUTER_API_KEY and register `OpenRouter::from_env()?` with `.provider(\"openrouter\", …)`".to_owned(),
         "openai" => "set OPENAI_API_KEY and register `OpenAI::from_env()?` with `.provider(\"openai\", …)`".to_owned(),
+        "anthropic" => "set ANTHROPIC_API_KEY and register `Anthropic::from_env()?` with `.provider(\"anthropic\", …)`".to_owned(),
         other => format!("register a provider named `{other}` with `.provider(\"{other}\", …)`"),
     }
 }

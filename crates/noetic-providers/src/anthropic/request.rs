@@ -74,8 +74,9 @@ pub(crate) fn request_body(
             mark(message.content.last_mut());
         }
     }
+    let model = model_id(request.model);
     let body = Body {
-        model: request.model,
+        model: &model,
         system,
         messages,
         tools,
@@ -87,6 +88,26 @@ pub(crate) fn request_body(
         field: "request",
         message: error.to_string(),
     })
+}
+
+/// The model id as the Anthropic API names it: an OpenRouter-style id (`anthropic/claude-sonnet-4.5`)
+/// loses its vendor prefix and writes its version with dashes (`claude-sonnet-4-5`), so a step written
+/// for OpenRouter runs unchanged; any other id is sent as given.
+pub(crate) fn model_id(model: &str) -> std::borrow::Cow<'_, str> {
+    let Some(bare) = model.strip_prefix("anthropic/") else {
+        return std::borrow::Cow::Borrowed(model);
+    };
+    let bytes = bare.as_bytes();
+    let dashed: String = bare
+        .char_indices()
+        .map(|(at, c)| {
+            let between_digits = at > 0
+                && bytes[at - 1].is_ascii_digit()
+                && bytes.get(at + 1).is_some_and(u8::is_ascii_digit);
+            if c == '.' && between_digits { '-' } else { c }
+        })
+        .collect();
+    std::borrow::Cow::Owned(dashed)
 }
 
 struct Body<'a> {

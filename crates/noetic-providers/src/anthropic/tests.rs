@@ -193,3 +193,16 @@ fn malformed_json_is_a_coded_event_error() {
         .unwrap_err();
     assert_eq!(error.code(), "EVENT_MALFORMED");
 }
+
+#[test]
+fn an_openrouter_style_model_id_becomes_the_anthropic_one() {
+    use super::request::model_id;
+    assert_eq!(model_id("anthropic/claude-sonnet-4.5"), "claude-sonnet-4-5");
+    assert_eq!(model_id("anthropic/claude-3.5-haiku"), "claude-3-5-haiku");
+    assert_eq!(
+        model_id("claude-sonnet-4-20250514"),
+        "claude-sonnet-4-20250514"
+    );
+    assert_eq!(model_id("anthropic/claude-opus-4"), "claude-opus-4");
+    assert_eq!(model_id("vendor.x/model"), "vendor.x/model");
+}

@@ -254,3 +254,19 @@ async fn a_steps_thinking_budget_and_cache_win_over_the_providers() {
         json!({"type": "ephemeral"})
     );
 }
+
+#[tokio::test]
+async fn a_step_written_for_openrouter_runs_unchanged_on_anthropic() {
+    let server = MockServer::start().await;
+    let provider = provider(&server);
+    server.push(reply("anthropic.text.claude-haiku-4.5.sse"));
+    let params = ModelParams::default();
+    let input = [Item::user_text("hi")];
+    respond(
+        &provider,
+        &ModelRequest::new("anthropic/claude-haiku-4.5", &input, &params),
+    )
+    .await
+    .unwrap();
+    assert_eq!(server.requests()[0].body["model"], "claude-haiku-4-5");
+}
