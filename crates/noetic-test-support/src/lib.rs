@@ -30,6 +30,7 @@ mod paced;
 mod platform;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod provider_kit;
 mod scripted;
 mod storage;
 mod yielding;

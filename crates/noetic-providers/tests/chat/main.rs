@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
+mod kit;
+
 use futures_util::StreamExt;
 use noetic_core::item::Item;
 use noetic_core::model::{
