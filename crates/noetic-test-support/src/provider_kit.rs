@@ -27,6 +27,9 @@
 //! }
 //! ```
 //!
+//! The test crate needs `tokio` with the `macros`, `rt` and `test-util` features (the retry section
+//! runs on paused time).
+//!
 //! | Section | What it holds the provider to |
 //! |---|---|
 //! | [`decodes_at_every_chunk_size`] | the reply decodes to its text and usage whole and one byte at a time; a count the wire did not report stays absent, never 0 |

@@ -105,6 +105,8 @@ pub struct MockReply {
     frame_per_event: bool,
     delay_between_chunks: Option<Duration>,
     without_terminal_event: bool,
+    /// The `type` of the terminal event of a wire the mock server does not know.
+    terminal_type: Option<String>,
     malformed_after: Option<usize>,
     oversized_after: Option<(usize, usize)>,
     cut: Option<(usize, Ending)>,
@@ -424,6 +426,14 @@ impl MockReply {
         self
     }
 
+    /// Names the `type` of the terminal event of a wire of one's own, for
+    /// [`without_terminal_event`](Self::without_terminal_event) (which knows the Responses and
+    /// Anthropic ones).
+    pub fn terminal_event_type(mut self, kind: &str) -> Self {
+        self.terminal_type = Some(kind.to_owned());
+        self
+    }
+
     /// Inserts the event `data: {not json\n\n` after the first `n` events.
     pub fn malformed_line_after_events(mut self, n: usize) -> Self {
         self.malformed_after = Some(n);
@@ -550,6 +560,7 @@ impl MockReply {
             frame_per_event: false,
             delay_between_chunks: None,
             without_terminal_event: false,
+            terminal_type: None,
             malformed_after: None,
             oversized_after: None,
             cut: None,
@@ -598,7 +609,12 @@ impl MockReply {
         let SplitBody { mut events, tail } = split_events(&self.body);
         if self.without_terminal_event {
             events.retain(|event| event_data(event).trim() != "[DONE]");
-            if let Some(last) = events.iter().rposition(|event| is_terminal(event)) {
+            let terminal = |event: &Bytes| match &self.terminal_type {
+                Some(kind) => serde_json::from_str::<Value>(&event_data(event))
+                    .is_ok_and(|data| data.get("type").and_then(Value::as_str) == Some(kind)),
+                None => is_terminal(event),
+            };
+            if let Some(last) = events.iter().rposition(terminal) {
                 events.remove(last);
             }
         }
