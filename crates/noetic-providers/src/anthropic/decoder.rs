@@ -356,7 +356,7 @@ impl AnthropicDecoder {
             model: self.model.clone(),
             status: Some(status),
             output: Vec::new(),
-            usage: self.usage.map(WireUsage::to_usage),
+            usage: self.usage.as_ref().map(WireUsage::to_usage),
             cost: None,
             error,
             incomplete_reason,

@@ -63,8 +63,25 @@ pub(super) struct StartMessage {
 }
 
 /// Usage as either event carries it. A field the wire leaves out is unknown, not zero.
-#[derive(Deserialize, Default, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Deserialize, Default, Clone, Debug, PartialEq, Eq)]
 pub(super) struct WireUsage {
+    #[serde(default)]
+    pub(super) input_tokens: Option<u64>,
+    #[serde(default)]
+    pub(super) output_tokens: Option<u64>,
+    #[serde(default)]
+    pub(super) cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    pub(super) cache_read_input_tokens: Option<u64>,
+    /// The passes of a response the server ran several of (compaction, fallback): the top-level
+    /// fields then describe the last pass only, and the whole is their sum.
+    #[serde(default)]
+    pub(super) iterations: Option<Vec<Pass>>,
+}
+
+/// One pass's usage in `usage.iterations`.
+#[derive(Deserialize, Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pass {
     #[serde(default)]
     pub(super) input_tokens: Option<u64>,
     #[serde(default)]
@@ -84,7 +101,9 @@ impl WireUsage {
             output_tokens,
             cache_creation_input_tokens,
             cache_read_input_tokens,
+            iterations,
         } = later;
+        self.iterations = iterations.or(self.iterations.take());
         self.input_tokens = input_tokens.or(self.input_tokens);
         self.output_tokens = output_tokens.or(self.output_tokens);
         self.cache_creation_input_tokens =
@@ -94,7 +113,32 @@ impl WireUsage {
 
     /// The harness's usage: input is the whole prompt (uncached + written to the cache + read from
     /// it), as the other wires report it; cached is what the cache served.
-    pub(super) fn to_usage(self) -> TokenUsage {
+    pub(super) fn to_usage(&self) -> TokenUsage {
+        if let Some(passes) = self
+            .iterations
+            .as_deref()
+            .filter(|passes| !passes.is_empty())
+        {
+            let sum = |field: fn(&Pass) -> Option<u64>| {
+                passes
+                    .iter()
+                    .map(field)
+                    .fold(None, |total: Option<u64>, count| match count {
+                        Some(count) => Some(total.unwrap_or(0) + count),
+                        None => total,
+                    })
+            };
+            let uncached = sum(|pass| pass.input_tokens).unwrap_or(0);
+            let written = sum(|pass| pass.cache_creation_input_tokens);
+            let read = sum(|pass| pass.cache_read_input_tokens);
+            return TokenUsage {
+                input_tokens: uncached + written.unwrap_or(0) + read.unwrap_or(0),
+                output_tokens: sum(|pass| pass.output_tokens).unwrap_or(0),
+                cached_tokens: read,
+                cache_write_tokens: written,
+                reasoning_tokens: None,
+            };
+        }
         let input = self.input_tokens.unwrap_or(0)
             + self.cache_creation_input_tokens.unwrap_or(0)
             + self.cache_read_input_tokens.unwrap_or(0);

@@ -206,3 +206,27 @@ fn an_openrouter_style_model_id_becomes_the_anthropic_one() {
     assert_eq!(model_id("anthropic/claude-opus-4"), "claude-opus-4");
     assert_eq!(model_id("vendor.x/model"), "vendor.x/model");
 }
+
+#[test]
+fn a_response_of_several_passes_is_billed_as_the_sum_of_its_iterations() {
+    let mut events = text_block(0, "x");
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {
+        "input_tokens": 40, "output_tokens": 9, "cache_read_input_tokens": 0,
+        "iterations": [
+            {"type": "compaction", "input_tokens": 1000, "output_tokens": 200, "cache_read_input_tokens": 50},
+            {"type": "message", "input_tokens": 40, "output_tokens": 9, "cache_read_input_tokens": 0},
+        ],
+    }}));
+    events.push(json!({"type": "message_stop"}));
+    let usage = snapshot(&decode(&events)).usage.unwrap();
+    assert_eq!(
+        usage.input_tokens, 1090,
+        "every pass's prompt, cached reads included"
+    );
+    assert_eq!(usage.output_tokens, 209);
+    assert_eq!(usage.cached_tokens, Some(50));
+    assert_eq!(
+        usage.cache_write_tokens, None,
+        "no pass reported cache writes"
+    );
+}

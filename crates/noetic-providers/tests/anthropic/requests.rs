@@ -270,3 +270,65 @@ async fn a_step_written_for_openrouter_runs_unchanged_on_anthropic() {
     .unwrap();
     assert_eq!(server.requests()[0].body["model"], "claude-haiku-4-5");
 }
+
+#[tokio::test]
+async fn images_and_pdfs_go_as_base64_or_url_sources_and_an_id_only_image_is_refused() {
+    use noetic_core::item::{ContentPart, Role};
+    let server = MockServer::start().await;
+    let provider = provider(&server);
+    server.push(reply("anthropic.text.claude-haiku-4.5.sse"));
+    let params = ModelParams::default();
+    let parts = |extra: Value| {
+        let Value::Object(map) = extra else {
+            unreachable!()
+        };
+        map
+    };
+    let input = [Item::message(
+        Role::User,
+        vec![
+            ContentPart::InputText {
+                text: "look".to_owned(),
+            },
+            ContentPart::InputImage(parts(
+                json!({"image_url": "data:image/png;base64,iVBORw0KGgo="}),
+            )),
+            ContentPart::InputImage(parts(json!({"image_url": "https://example.com/cat.jpg"}))),
+            ContentPart::InputFile(parts(
+                json!({"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}),
+            )),
+        ],
+    )];
+    respond(
+        &provider,
+        &ModelRequest::new("claude-test", &input, &params),
+    )
+    .await
+    .unwrap();
+    let content = server.requests()[0].body["messages"][0]["content"].clone();
+    assert_eq!(
+        content,
+        json!([
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}},
+        ])
+    );
+    let by_id = [Item::message(
+        Role::User,
+        vec![ContentPart::InputImage(parts(json!({"file_id": "file-1"})))],
+    )];
+    let error = respond(
+        &provider,
+        &ModelRequest::new("claude-test", &by_id, &params),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.code(), "PROVIDER_CONFIG_INVALID", "{error}");
+    assert_eq!(
+        server.request_count(),
+        1,
+        "nothing sent for a request it cannot express"
+    );
+}
