@@ -11,7 +11,7 @@ mod request;
 
 pub use accumulator::{MAX_OUTPUT_INDEX, ModelResponse, ResponseAccumulator};
 pub use event::{ReasoningKind, ResponseEvent, ResponseSnapshot, ResponseStatus};
-pub use request::{ModelParams, ModelRequest, OutputFormat, PromptCache, ToolSpec};
+pub use request::{ModelParams, ModelRequest, OutputFormat, PromptCache, ToolChoice, ToolSpec};
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;

@@ -91,6 +91,25 @@ pub struct ModelParams {
     /// provider's own setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache: Option<PromptCache>,
+    /// Whether and which tool the model must call, in every round of the step (`None`: the
+    /// provider's default, which lets the model choose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// Whether and which of the offered tools the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model chooses.
+    Auto,
+    /// No tool: text only.
+    None,
+    /// At least one tool, any of them.
+    Required,
+    /// This tool (its wire name).
+    Tool(String),
 }
 
 /// Where a provider that caches prompts by breakpoints places them.

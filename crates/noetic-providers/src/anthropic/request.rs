@@ -10,7 +10,7 @@
 //! cannot be replayed and is left out.
 
 use noetic_core::item::{ContentPart, Item, Role};
-use noetic_core::model::{ModelRequest, PromptCache};
+use noetic_core::model::{ModelRequest, PromptCache, ToolChoice};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
@@ -137,6 +137,9 @@ impl Serialize for Body<'_> {
         put(&mut map, extra, "messages", &self.messages)?;
         if !self.tools.is_empty() {
             put(&mut map, extra, "tools", &self.tools)?;
+            if let Some(choice) = &params.tool_choice {
+                put(&mut map, extra, "tool_choice", &tool_choice(choice))?;
+            }
         }
         if let Some(budget) = params.thinking_budget.or(self.options.thinking_budget) {
             let thinking = json!({"type": "enabled", "budget_tokens": budget});
@@ -327,4 +330,15 @@ fn source(url: Option<&str>, what: &str) -> Result<Value, ProviderError> {
             None => json!({"type": "url", "url": url}),
         },
     )
+}
+
+/// `tool_choice` as the Messages API spells it (`any` is "required").
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        // `Auto`, and choices newer than this wire.
+        _ => json!({"type": "auto"}),
+    }
 }

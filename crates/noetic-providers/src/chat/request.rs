@@ -1,7 +1,7 @@
 //! The request side of Chat Completions: a round's request as a streaming `POST /chat/completions`
 //! body (the items themselves become `messages` in [`super::messages`]).
 
-use noetic_core::model::{ModelParams, ModelRequest, OutputFormat};
+use noetic_core::model::{ModelParams, ModelRequest, OutputFormat, ToolChoice};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -63,6 +63,9 @@ impl Serialize for Body<'_> {
         put(&mut map, extra, "messages", &self.messages)?;
         if !self.tools.is_empty() {
             put(&mut map, extra, "tools", &self.tools)?;
+            if let Some(choice) = &self.params.tool_choice {
+                put(&mut map, extra, "tool_choice", &tool_choice(choice))?;
+            }
         }
         put(&mut map, extra, "stream", &true)?;
         put(
@@ -132,4 +135,17 @@ struct JsonSchema<'a> {
     name: &'a str,
     schema: &'a Value,
     strict: bool,
+}
+
+/// `tool_choice` as Chat Completions spells it.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => Value::from("none"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::Tool(name) => {
+            serde_json::json!({"type": "function", "function": {"name": name}})
+        }
+        // `Auto`, and choices newer than this wire.
+        _ => Value::from("auto"),
+    }
 }

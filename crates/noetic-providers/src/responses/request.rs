@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use noetic_core::item::Item;
-use noetic_core::model::ModelRequest;
+use noetic_core::model::{ModelRequest, ToolChoice};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -28,6 +28,7 @@ struct Body<'a> {
     instructions: Option<&'a str>,
     input: &'a [Item],
     tools: Vec<FunctionTool<'a>>,
+    tool_choice: Option<&'a ToolChoice>,
     temperature: Option<f64>,
     top_p: Option<f64>,
     max_output_tokens: Option<u64>,
@@ -48,6 +49,9 @@ impl Serialize for Body<'_> {
         put(&mut map, extra, "input", self.input)?;
         if !self.tools.is_empty() {
             put(&mut map, extra, "tools", &self.tools)?;
+            if let Some(choice) = self.tool_choice {
+                put(&mut map, extra, "tool_choice", &tool_choice(choice))?;
+            }
         }
         put(&mut map, extra, "stream", &true)?;
         if let Some(temperature) = self.temperature {
@@ -126,6 +130,7 @@ pub(crate) fn request_body(
                 strict: options.strict_tools,
             })
             .collect(),
+        tool_choice: request.params.tool_choice.as_ref(),
         temperature: request.params.temperature,
         top_p: request.params.top_p,
         max_output_tokens: request.params.max_output_tokens,
@@ -145,4 +150,15 @@ pub(crate) fn request_body(
         field: "request",
         message: error.to_string(),
     })
+}
+
+/// `tool_choice` as OpenResponses spells it.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => Value::from("none"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::Tool(name) => serde_json::json!({"type": "function", "name": name}),
+        // `Auto`, and choices newer than this wire.
+        _ => Value::from("auto"),
+    }
 }

@@ -7,6 +7,7 @@
 mod body;
 mod headers;
 mod secrets;
+mod tool_choice;
 
 use futures_util::StreamExt;
 use noetic_core::item::Item;

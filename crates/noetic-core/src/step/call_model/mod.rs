@@ -266,6 +266,14 @@ impl<O> CallModelBuilder<O> {
         self
     }
 
+    /// Whether and which tool the model must call ([`ToolChoice`](crate::model::ToolChoice)), sent
+    /// with every round of the step: `Required` or `Tool` keep the model calling tools until the
+    /// tool-round cap, so use them on a step meant to call one.
+    pub fn tool_choice(mut self, choice: crate::model::ToolChoice) -> Self {
+        self.spec.params.tool_choice = Some(choice);
+        self
+    }
+
     /// All sampling parameters at once.
     pub fn params(mut self, params: ModelParams) -> Self {
         self.spec.params = params;
