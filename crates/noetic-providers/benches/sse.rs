@@ -107,8 +107,10 @@ fn main() {
     let responses = provider_throughput(
         &input,
         |base_url| {
+            // A key, as every real provider has: both rows pay for redacting it from the events.
             OpenResponses::builder(base_url)
                 .name("bench")
+                .api_key("bench-key")
                 .retry(RetryConfig::none())
                 .build()
                 .expect("provider")
