@@ -133,32 +133,48 @@ pub async fn decodes_at_every_chunk_size<P: ModelProvider>(kit: &ProviderKit<P>)
     }
 }
 
+/// Runs one step against the kit's reply with `fault` applied, the idle watchdog at `idle`.
+async fn faulted<P: ModelProvider>(
+    kit: &ProviderKit<P>,
+    fault: impl FnOnce(MockReply) -> MockReply,
+    idle: Duration,
+) -> noetic_core::Result<String> {
+    let server = MockServer::start().await;
+    server.push(fault((kit.text_reply)()));
+    run_step(&harness(kit, &server, idle)).await
+}
+
 /// A stream that stops sending trips the idle watchdog.
 pub async fn stall<P: ModelProvider>(kit: &ProviderKit<P>) {
-    let server = MockServer::start().await;
-    server.push((kit.text_reply)().stall_after_events(2));
     // Real time: the watchdog's timeout is the assertion here, not a wait for work.
-    let error = run_step(&harness(kit, &server, Duration::from_millis(300)))
-        .await
-        .expect_err("a stalled stream fails");
+    let outcome = faulted(
+        kit,
+        |reply| reply.stall_after_events(2),
+        Duration::from_millis(300),
+    );
+    let error = outcome.await.expect_err("a stalled stream fails");
     assert_eq!(error.code(), "MODEL_STREAM_STALLED", "{error}");
 }
 
 /// A connection dropped mid-stream fails the round.
 pub async fn dropped<P: ModelProvider>(kit: &ProviderKit<P>) {
-    let server = MockServer::start().await;
-    server.push((kit.text_reply)().drop_after_events(2));
-    let error = run_step(&harness(kit, &server, Duration::from_secs(60)))
-        .await
-        .expect_err("a dropped stream fails");
+    let outcome = faulted(
+        kit,
+        |reply| reply.drop_after_events(2),
+        Duration::from_secs(60),
+    );
+    let error = outcome.await.expect_err("a dropped stream fails");
     assert_eq!(error.code(), "PROVIDER_ERROR", "{error}");
 }
 
 /// A stream without its terminal event is an error.
 pub async fn no_terminal_event<P: ModelProvider>(kit: &ProviderKit<P>) {
-    let server = MockServer::start().await;
-    server.push((kit.text_reply)().without_terminal_event());
-    let outcome = run_step(&harness(kit, &server, Duration::from_secs(60))).await;
+    let outcome = faulted(
+        kit,
+        MockReply::without_terminal_event,
+        Duration::from_secs(60),
+    )
+    .await;
     if kit.terminal_marker_optional {
         assert_eq!(outcome.expect("whole without its marker"), kit.text);
         return;
@@ -169,11 +185,12 @@ pub async fn no_terminal_event<P: ModelProvider>(kit: &ProviderKit<P>) {
 
 /// An event whose data is not JSON is `EVENT_MALFORMED`, naming the data.
 pub async fn malformed<P: ModelProvider>(kit: &ProviderKit<P>) {
-    let server = MockServer::start().await;
-    server.push((kit.text_reply)().malformed_line_after_events(1));
-    let error = run_step(&harness(kit, &server, Duration::from_secs(60)))
-        .await
-        .expect_err("malformed data fails");
+    let outcome = faulted(
+        kit,
+        |reply| reply.malformed_line_after_events(1),
+        Duration::from_secs(60),
+    );
+    let error = outcome.await.expect_err("malformed data fails");
     assert_eq!(error.code(), "EVENT_MALFORMED", "{error}");
     assert!(error.to_string().contains("{not json"), "{error}");
 }
