@@ -4,7 +4,7 @@
 //! Each content block becomes one output item, in block order: `text` a message with one
 //! `output_text` part (its citations as the part's `annotations`), `thinking` a reasoning item whose
 //! `content` is the thinking text and whose `encrypted_content` is the signature, `redacted_thinking`
-//! a reasoning item with the data as `encrypted_content` (marked `"anthropic": "redacted_thinking"`),
+//! a reasoning item with the data as `encrypted_content` (both marked `"anthropic": <block type>`),
 //! `tool_use` a function call (arguments the joined JSON, `{}` when none came), and every other block
 //! (server tools and their results, block types this crate does not know) an [`Item::Other`] holding
 //! the block as received, so the history sends it back unchanged.
@@ -20,8 +20,10 @@ use super::events::{Delta, Event, WireUsage};
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
 
-/// The `extra` key marking a reasoning item that came from a `redacted_thinking` block.
-pub(super) const REDACTED_MARK: (&str, &str) = ("anthropic", "redacted_thinking");
+/// The `extra` key marking a reasoning item that came from an Anthropic block, with the block's
+/// type (`thinking` or `redacted_thinking`) as its value: only such items are replayed (another
+/// provider's encrypted reasoning is no Anthropic signature).
+pub(super) const BLOCK_MARK: &str = "anthropic";
 
 /// Translates one streamed Messages response into OpenResponses events.
 ///
@@ -213,7 +215,8 @@ impl AnthropicDecoder {
             }
             Some("redacted_thinking") => {
                 let data = text_field(&mut block, "data");
-                let item = reasoning_item(None, None, Some(data.clone()), redacted_mark());
+                let item =
+                    reasoning_item(None, None, Some(data.clone()), mark("redacted_thinking"));
                 (Block::Redacted { output_index, data }, item)
             }
             Some("tool_use") => {
@@ -398,7 +401,7 @@ impl Block {
                 text,
                 signature,
             } => {
-                let mut extra = Map::new();
+                let mut extra = mark("thinking");
                 status(&mut extra);
                 let item = reasoning_item(
                     Some(item_id(response_id, output_index)),
@@ -409,7 +412,7 @@ impl Block {
                 (output_index, item)
             }
             Block::Redacted { output_index, data } => {
-                let mut extra = redacted_mark();
+                let mut extra = mark("redacted_thinking");
                 status(&mut extra);
                 let item = reasoning_item(
                     Some(item_id(response_id, output_index)),
@@ -462,9 +465,10 @@ impl Block {
     }
 }
 
-fn redacted_mark() -> Map<String, Value> {
+/// The `extra` of a reasoning item from a block of type `kind`.
+fn mark(kind: &str) -> Map<String, Value> {
     let mut extra = Map::new();
-    extra.insert(REDACTED_MARK.0.to_owned(), Value::from(REDACTED_MARK.1));
+    extra.insert(BLOCK_MARK.to_owned(), Value::from(kind));
     extra
 }
 

@@ -6,8 +6,8 @@
 //! `tool_use` blocks (the input parsed, `{}` when empty), their outputs `tool_result` blocks in the
 //! next user message, reasoning items back as the `thinking` (with its signature) or
 //! `redacted_thinking` blocks they came from, in place, and [`Item::Other`] blocks (server tools and
-//! their results) as received. Reasoning with no signature (cut off, or from another provider)
-//! cannot be replayed and is left out.
+//! their results) as received. Reasoning with no signature (cut off) or from another provider (no
+//! `"anthropic"` mark) cannot be replayed and is left out.
 
 use noetic_core::item::{ContentPart, Item, Role};
 use noetic_core::model::{ModelRequest, PromptCache, ToolChoice};
@@ -15,7 +15,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
-use super::decoder::REDACTED_MARK;
+use super::decoder::BLOCK_MARK;
 use crate::body::{put, put_extra};
 use crate::error::ProviderError;
 
@@ -241,16 +241,15 @@ fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
                 );
             }
             Item::Reasoning(reasoning) => {
-                let redacted = reasoning.extra.get(REDACTED_MARK.0).and_then(Value::as_str)
-                    == Some(REDACTED_MARK.1);
-                match (&reasoning.encrypted_content, redacted) {
-                    (Some(data), true) => {
+                let block = reasoning.extra.get(BLOCK_MARK).and_then(Value::as_str);
+                match (block, &reasoning.encrypted_content) {
+                    (Some("redacted_thinking"), Some(data)) => {
                         push(
                             "assistant",
                             json!({"type": "redacted_thinking", "data": data}),
                         );
                     }
-                    (Some(signature), false) => {
+                    (Some("thinking"), Some(signature)) => {
                         let text: String = reasoning
                             .content
                             .iter()
@@ -262,8 +261,9 @@ fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
                             json!({"type": "thinking", "thinking": text, "signature": signature}),
                         );
                     }
-                    // No signature: the API would refuse it.
-                    (None, _) => {}
+                    // No signature (cut off), or another provider's reasoning: the API would
+                    // refuse it.
+                    _ => {}
                 }
             }
             Item::Other(block) => push("assistant", block.clone()),

@@ -230,3 +230,45 @@ fn a_response_of_several_passes_is_billed_as_the_sum_of_its_iterations() {
         "no pass reported cache writes"
     );
 }
+
+#[test]
+fn only_anthropic_reasoning_with_a_signature_is_replayed() {
+    use noetic_core::item::ReasoningItem;
+    use noetic_core::model::{ModelParams, ModelRequest};
+
+    let reasoning = |extra: Value, encrypted: Option<&str>| {
+        let Value::Object(extra) = extra else {
+            unreachable!()
+        };
+        Item::Reasoning(ReasoningItem {
+            id: None,
+            summary: Vec::new(),
+            content: Some(vec![json!({"type": "reasoning_text", "text": "hmm"})]),
+            encrypted_content: encrypted.map(str::to_owned),
+            extra,
+        })
+    };
+    let input = [
+        Item::user_text("q"),
+        reasoning(json!({"anthropic": "thinking"}), Some("sig")),
+        reasoning(json!({"anthropic": "redacted_thinking"}), Some("opaque")),
+        // Another provider's encrypted reasoning, and an Anthropic block cut before its signature.
+        reasoning(json!({}), Some("gAAAA-openai")),
+        reasoning(json!({"anthropic": "thinking"}), None),
+        Item::assistant_text("a"),
+    ];
+    let params = ModelParams::default();
+    let request = ModelRequest::new("m", &input, &params);
+    let body: Value = serde_json::from_slice(
+        &super::request::request_body(&request, &Default::default(), &Default::default()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "a"},
+        ])
+    );
+}
