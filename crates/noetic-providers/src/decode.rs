@@ -6,11 +6,12 @@ use serde_json::Value;
 
 use crate::error::ProviderError;
 
-/// Turns the data of each SSE event of one response into OpenResponses events.
+/// Turns the data of each SSE event of one response into OpenResponses events: the part of a
+/// [`Wire`](crate::wire::Wire) that reads its events.
 ///
 /// One decoder serves one response (one round) and may keep state between events (the Chat
-/// Completions translation does: it assembles items from deltas).
-pub(crate) trait WireDecoder: Send + 'static {
+/// Completions and Anthropic translations do: they assemble items from deltas).
+pub trait WireDecoder: Send + 'static {
     /// Decodes one SSE event's data (`[DONE]` included), appending the resulting events to `out`.
     ///
     /// # Errors

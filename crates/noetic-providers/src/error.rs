@@ -174,7 +174,9 @@ impl ProviderError {
         self
     }
 
-    pub(crate) fn event(event_type: &str, message: impl std::fmt::Display, data: &str) -> Self {
+    /// `EVENT_MALFORMED`: the data of an event of type `event_type` did not parse (`message`);
+    /// keeps the start of `data`, for the error to name it.
+    pub fn event(event_type: &str, message: impl std::fmt::Display, data: &str) -> Self {
         let mut end = data.len().min(120);
         while !data.is_char_boundary(end) {
             end -= 1;

@@ -364,10 +364,15 @@ impl Endpoint<'_> {
                 })?;
             value.set_sensitive(true);
             secrets.push(key.expose().to_owned());
-            let name = match self.key_header {
-                Some(name) => reqwest::header::HeaderName::from_static(name),
-                None => reqwest::header::AUTHORIZATION,
-            };
+            let name =
+                match self.key_header {
+                    Some(name) => reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| ProviderError::InvalidConfig {
+                            field: "key header",
+                            message: format!("`{name}` is not a valid header name"),
+                        })?,
+                    None => reqwest::header::AUTHORIZATION,
+                };
             headers.insert(name, value);
         }
         for header in self.headers {

@@ -56,4 +56,15 @@ pub use responses::{
     OPENAI_BASE_URL, OPENROUTER_BASE_URL, OpenAI, OpenResponses, OpenResponsesBuilder, OpenRouter,
 };
 pub use sse::{DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseEvent};
+
+/// A wire of one's own on this crate's HTTP plumbing: implement [`Wire`](wire::Wire) (the path, the
+/// key's header, the request body, a [`WireDecoder`](wire::WireDecoder) for the events) and
+/// [`HttpProvider::builder`](wire::HttpProvider::builder) gives a provider with the retries, the
+/// redaction of secrets, the SSE framing, the size cap and the stream's errors the built-in wires
+/// have. [`Anthropic`] is built exactly so. `docs/providers.md` ("Writing a provider crate") has the
+/// rest, and the provider conformance kit to hold it to.
+pub mod wire {
+    pub use crate::decode::WireDecoder;
+    pub use crate::provider::{HttpProvider, HttpProviderBuilder, WholeResponse, Wire};
+}
 pub use strict::strict_schema;

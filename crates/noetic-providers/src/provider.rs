@@ -1,7 +1,9 @@
 //! What the HTTP providers share: the builder settings and their setters, the built provider's state,
-//! and one round's `stream()`. A [`Wire`] says what differs between OpenResponses and Chat Completions:
-//! the endpoint's path, the body options, the request body, the event decoder, and whether a whole
-//! JSON response is accepted in place of a stream.
+//! and one round's `stream()`. A [`Wire`] says what differs between OpenResponses, Chat Completions
+//! and Anthropic Messages: the endpoint's path, the key's header, the body options, the request body,
+//! the event decoder, and whether a whole JSON response is accepted in place of a stream. Both are
+//! public ([`crate::wire`]): a provider crate of one's own gets retries, redaction, the SSE framing and
+//! the stream's errors by writing a `Wire` alone.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,8 +13,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use noetic_core::ResponseEvent;
 use noetic_core::model::{ModelRequest, ModelStream};
+use noetic_core::{ModelProvider, ResponseEvent};
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value};
 
@@ -23,8 +25,8 @@ use crate::secret::{ApiKey, redact_url};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 use crate::stream::{decode_events, redact_event};
 
-/// One wire format spoken over streaming HTTP.
-pub(crate) trait Wire: Send + Sync + 'static {
+/// One wire format spoken over streaming HTTP: what an [`HttpProvider`] needs to speak it.
+pub trait Wire: Send + Sync + 'static {
     /// The wire's own body settings (beyond the extra fields every wire takes).
     type Options: Clone + fmt::Debug + Default + Send + Sync + 'static;
     /// Decodes one response's SSE events.
@@ -57,7 +59,7 @@ pub(crate) trait Wire: Send + Sync + 'static {
 }
 
 /// Reads the events a streamed response would have carried from a whole JSON response body.
-pub(crate) type WholeResponse = fn(&[u8]) -> Result<Vec<ResponseEvent>, ProviderError>;
+pub type WholeResponse = fn(&[u8]) -> Result<Vec<ResponseEvent>, ProviderError>;
 
 /// A builder's settings, shared by every HTTP provider's builder (the setters are
 /// [`shared_setters!`]).
@@ -224,8 +226,10 @@ macro_rules! shared_setters {
 
 pub(crate) use shared_setters;
 
-/// A built HTTP provider speaking `W`. Cheap to clone.
-pub(crate) struct HttpProvider<W: Wire> {
+/// A built HTTP provider speaking `W`: the request POSTed with retries before the response starts,
+/// its SSE body decoded by `W`'s decoder, secrets kept out of errors and events. Cheap to clone.
+/// Build one with [`HttpProvider::builder`].
+pub struct HttpProvider<W: Wire> {
     inner: Arc<Inner<W>>,
 }
 
@@ -259,8 +263,17 @@ impl<W: Wire> fmt::Debug for HttpProvider<W> {
 }
 
 impl<W: Wire> HttpProvider<W> {
+    /// A builder for a provider named `name` speaking `W` to the server at `base_url` (the part
+    /// before `W::PATH`).
+    pub fn builder(name: &str, base_url: impl Into<String>) -> HttpProviderBuilder<W> {
+        HttpProviderBuilder {
+            settings: Settings::new(name, base_url.into()),
+            wire: std::marker::PhantomData,
+        }
+    }
+
     /// The provider's name (used in errors).
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.inner.name
     }
 
@@ -269,7 +282,7 @@ impl<W: Wire> HttpProvider<W> {
     ///
     /// # Cancel safety
     /// As `ModelProvider::stream`: dropping the future or the stream closes the connection.
-    pub(crate) fn stream<'a>(
+    pub(crate) fn stream_round<'a>(
         &'a self,
         request: &'a ModelRequest<'a>,
     ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
@@ -348,4 +361,56 @@ async fn collect(
         out.extend_from_slice(&chunk);
     }
     Ok(out)
+}
+
+impl<W: Wire> ModelProvider for HttpProvider<W> {
+    fn stream<'a>(
+        &'a self,
+        request: &'a ModelRequest<'a>,
+    ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
+        self.stream_round(request)
+    }
+}
+
+/// Builds an [`HttpProvider`] speaking `W`, with the setters every HTTP provider's builder has.
+#[must_use = "call .build() to get the provider"]
+pub struct HttpProviderBuilder<W: Wire> {
+    settings: Settings<W::Options>,
+    wire: std::marker::PhantomData<fn() -> W>,
+}
+
+impl<W: Wire> Clone for HttpProviderBuilder<W> {
+    fn clone(&self) -> Self {
+        HttpProviderBuilder {
+            settings: self.settings.clone(),
+            wire: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<W: Wire> fmt::Debug for HttpProviderBuilder<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProviderBuilder")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl<W: Wire> HttpProviderBuilder<W> {
+    shared_setters!("the one given to `HttpProvider::builder`");
+
+    /// The wire's own body settings (`W::Options`).
+    pub fn options(mut self, options: W::Options) -> Self {
+        self.settings.options = options;
+        self
+    }
+
+    /// Builds the provider.
+    ///
+    /// # Errors
+    /// [`ProviderError::InvalidConfig`] for an invalid header name or value (naming the header), a
+    /// key that is not a valid header value, or a base URL that is not HTTP(S).
+    pub fn build(self) -> Result<HttpProvider<W>, ProviderError> {
+        self.settings.build()
+    }
 }

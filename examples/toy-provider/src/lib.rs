@@ -1,7 +1,11 @@
-//! A provider crate as a third party writes one: a toy streaming wire spoken over HTTP, built on
-//! `noetic-core`'s public [`ModelProvider`] trait alone (and `noetic-providers`' public
-//! [`SseDecoder`] for the SSE framing), held to the provider conformance kit in its tests
-//! (`tests/kit.rs`). `docs/providers.md` ("Writing a provider crate") walks through it.
+//! A provider crate as a third party writes one, twice over: a toy streaming wire spoken over HTTP,
+//! - [`ToyProvider`]: on `noetic-core`'s public [`ModelProvider`] trait alone (and `noetic-providers`'
+//!   public [`SseDecoder`] for the SSE framing), its retries and redaction its own;
+//! - [`ToyWire`]: the same wire as a [`Wire`] on `noetic-providers`' public HTTP plumbing
+//!   ([`noetic_providers::wire`]), which brings the retries, redaction and stream errors.
+//!
+//! Both are held to the provider conformance kit in the tests (`tests/kit.rs`). `docs/providers.md`
+//! ("Writing a provider crate") walks through them.
 //!
 //! The toy wire: `POST {base}/toy` with `{"model", "messages": [{"role", "text"}]}` and the key in
 //! `x-toy-key`; the answer is an SSE stream of `{"type": "text", "text"}` events ended by
@@ -15,7 +19,8 @@ use futures_util::future::BoxFuture;
 use noetic_core::item::{Item, Role};
 use noetic_core::model::{ModelRequest, ModelStream, ResponseSnapshot, ResponseStatus};
 use noetic_core::{Error, ModelProvider, ResponseEvent, TokenUsage};
-use noetic_providers::SseDecoder;
+use noetic_providers::wire::{HttpProvider, Wire, WireDecoder};
+use noetic_providers::{ProviderError, SseDecoder};
 use serde_json::{Value, json};
 
 /// The provider's name in errors.
@@ -108,18 +113,7 @@ impl ModelProvider for ToyProvider {
         request: &'a ModelRequest<'a>,
     ) -> BoxFuture<'a, noetic_core::Result<ModelStream>> {
         Box::pin(async move {
-            let messages: Vec<Value> = request
-                .input
-                .iter()
-                .filter_map(|item| match item {
-                    Item::Message(message) => Some(json!({
-                        "role": if message.role == Role::Assistant { "assistant" } else { "user" },
-                        "text": item.text().unwrap_or_default(),
-                    })),
-                    _ => None,
-                })
-                .collect();
-            let body = serde_json::to_vec(&json!({"model": request.model, "messages": messages}))
+            let body = request_body(request)
                 .map_err(|error| Error::provider(NAME, None, error.to_string()))?;
             let response = self
                 .send(body)
@@ -135,7 +129,9 @@ impl ModelProvider for ToyProvider {
                     match chunk {
                         Ok(bytes) => {
                             let fed = decoder.feed(&bytes, &mut |event| {
-                                out.push(state.event(&event.data));
+                                out.push(state.event(&event.data).map_err(|error| {
+                                    malformed(format!("{error} in {}", event.data))
+                                }));
                             });
                             if let Err(error) = fed {
                                 out.push(Err(malformed(error.to_string())));
@@ -171,10 +167,12 @@ struct Decoding {
 }
 
 impl Decoding {
-    /// One SSE event's data as the framework's events.
-    fn event(&mut self, data: &str) -> Result<Vec<ResponseEvent>, Error> {
-        let event: Value =
-            serde_json::from_str(data).map_err(|error| malformed(format!("{error} in {data}")))?;
+    /// One SSE event's data as the framework's events (none for the `[DONE]` a server may add).
+    fn event(&mut self, data: &str) -> Result<Vec<ResponseEvent>, serde_json::Error> {
+        if data.trim() == "[DONE]" {
+            return Ok(Vec::new());
+        }
+        let event: Value = serde_json::from_str(data)?;
         let mut out = Vec::new();
         if !self.started {
             self.started = true;
@@ -233,4 +231,86 @@ fn malformed(message: String) -> Error {
         code: "EVENT_MALFORMED",
         source: message.into(),
     }
+}
+
+/// The toy wire's request body.
+fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, serde_json::Error> {
+    let messages: Vec<Value> = request
+        .input
+        .iter()
+        .filter_map(|item| match item {
+            Item::Message(message) => Some(json!({
+                "role": if message.role == Role::Assistant { "assistant" } else { "user" },
+                "text": item.text().unwrap_or_default(),
+            })),
+            _ => None,
+        })
+        .collect();
+    serde_json::to_vec(&json!({"model": request.model, "messages": messages}))
+}
+
+/// The toy wire as a [`Wire`]: `noetic-providers` does the HTTP, the retries, the redaction and the
+/// SSE framing; this says the path, the key's header, the body and how to read the events.
+#[derive(Debug)]
+pub struct ToyWire;
+
+impl Wire for ToyWire {
+    type Options = ();
+    type Decoder = ToyDecoder;
+    const PATH: &'static str = "toy";
+    const KEY_HEADER: Option<&'static str> = Some("x-toy-key");
+
+    fn request_body(
+        request: &ModelRequest<'_>,
+        _options: &(),
+        _extra: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<u8>, ProviderError> {
+        request_body(request).map_err(|error| ProviderError::event("request", error, ""))
+    }
+
+    fn decoder() -> ToyDecoder {
+        ToyDecoder::default()
+    }
+}
+
+/// Reads one toy response's events.
+#[derive(Default)]
+pub struct ToyDecoder {
+    state: Decoding,
+}
+
+impl WireDecoder for ToyDecoder {
+    fn decode(&mut self, data: &str, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
+        let events = self
+            .state
+            .event(data)
+            .map_err(|error| ProviderError::event("toy", error, data))?;
+        out.extend(events);
+        Ok(())
+    }
+
+    fn finish(&mut self, _out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
+        // A stream without its `done` event gets no terminal event: the harness reports it cut.
+        Ok(())
+    }
+}
+
+/// A provider speaking [`ToyWire`] to the server at `base_url`.
+///
+/// # Errors
+/// The builder's, for a base URL that is not HTTP(S) or a key that is not a header value.
+pub fn toy_wire_provider(
+    base_url: &str,
+    api_key: &str,
+    retries: bool,
+) -> Result<HttpProvider<ToyWire>, ProviderError> {
+    let retry = if retries {
+        noetic_providers::RetryConfig::default()
+    } else {
+        noetic_providers::RetryConfig::none()
+    };
+    HttpProvider::<ToyWire>::builder("toy", base_url)
+        .api_key(api_key)
+        .retry(retry)
+        .build()
 }

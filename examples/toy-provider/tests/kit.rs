@@ -12,6 +12,14 @@ fn kit() -> ProviderKit<ToyProvider> {
         make: |base_url, api_key, retries| {
             ToyProvider::new(base_url, api_key).retries(if retries { 2 } else { 0 })
         },
+        ..kit_of_the_reply()
+    }
+}
+
+/// What both providers of the toy wire answer: the reply and what it decodes to.
+fn kit_of_the_reply<P>() -> ProviderKit<P> {
+    ProviderKit {
+        make: |_, _, _| unreachable!("each kit sets its own `make`"),
         text_reply: || {
             MockReply::sse_events([
                 json!({"type": "text", "text": "Hello"}),
@@ -30,3 +38,21 @@ fn kit() -> ProviderKit<ToyProvider> {
 }
 
 noetic_test_support::provider_conformance!(kit());
+
+/// The same wire as a `Wire` on `noetic-providers`' public plumbing, held to the same kit.
+mod wire {
+    use noetic_providers::wire::HttpProvider;
+    use noetic_test_support::provider_kit::ProviderKit;
+    use noetic_toy_provider::{ToyWire, toy_wire_provider};
+
+    fn kit() -> ProviderKit<HttpProvider<ToyWire>> {
+        ProviderKit {
+            make: |base_url, api_key, retries| {
+                toy_wire_provider(base_url, api_key, retries).expect("provider")
+            },
+            ..super::kit_of_the_reply()
+        }
+    }
+
+    noetic_test_support::provider_conformance!(kit());
+}
