@@ -112,6 +112,10 @@ pub struct FunctionCallOutputItem {
     pub call_id: String,
     /// The output: a string, or content parts as JSON.
     pub output: Value,
+    /// Whether the call failed (the output is its error). Wires that mark failed results send it
+    /// (Anthropic's `is_error`); the OpenResponses wire leaves it out. Serialized only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
     /// Fields not modelled here.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -204,6 +208,18 @@ impl Item {
             id: None,
             call_id: call_id.into(),
             output: Value::String(output.into()),
+            is_error: false,
+            extra: Map::new(),
+        })
+    }
+
+    /// A function call output item whose text is the call's error.
+    pub fn function_call_error(call_id: impl Into<String>, error: impl Into<String>) -> Self {
+        Item::FunctionCallOutput(FunctionCallOutputItem {
+            id: None,
+            call_id: call_id.into(),
+            output: Value::String(error.into()),
+            is_error: true,
             extra: Map::new(),
         })
     }

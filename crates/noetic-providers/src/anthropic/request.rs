@@ -235,10 +235,11 @@ fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
                     ),
                     other => Value::String(other.to_string()),
                 };
-                push(
-                    "user",
-                    json!({"type": "tool_result", "tool_use_id": output.call_id, "content": content}),
-                );
+                let mut block = json!({"type": "tool_result", "tool_use_id": output.call_id, "content": content});
+                if output.is_error {
+                    block["is_error"] = Value::Bool(true);
+                }
+                push("user", block);
             }
             Item::Reasoning(reasoning) => {
                 let block = reasoning.extra.get(BLOCK_MARK).and_then(Value::as_str);

@@ -46,7 +46,7 @@ impl Serialize for Body<'_> {
         if let Some(instructions) = self.instructions {
             put(&mut map, extra, "instructions", instructions)?;
         }
-        put(&mut map, extra, "input", self.input)?;
+        put(&mut map, extra, "input", &Input(self.input))?;
         if !self.tools.is_empty() {
             put(&mut map, extra, "tools", &self.tools)?;
             if let Some(choice) = self.tool_choice {
@@ -160,5 +160,27 @@ fn tool_choice(choice: &ToolChoice) -> Value {
         ToolChoice::Tool(name) => serde_json::json!({"type": "function", "name": name}),
         // `Auto`, and choices newer than this wire.
         _ => Value::from("auto"),
+    }
+}
+
+/// The input items as OpenResponses takes them: a failed call's output without our `is_error`
+/// (the wire has no such field; a strict server refuses unknown ones).
+struct Input<'a>(&'a [Item]);
+
+impl Serialize for Input<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for item in self.0 {
+            match item {
+                Item::FunctionCallOutput(output) if output.is_error => {
+                    let mut plain = output.clone();
+                    plain.is_error = false;
+                    seq.serialize_element(&Item::FunctionCallOutput(plain))?;
+                }
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
     }
 }

@@ -8,6 +8,7 @@ mod body;
 mod headers;
 mod secrets;
 mod tool_choice;
+mod tool_errors;
 
 use futures_util::StreamExt;
 use noetic_core::item::Item;

@@ -344,7 +344,11 @@ fn parse_arguments(call: &FunctionCallItem) -> std::result::Result<Value, ()> {
 
 /// Appends a call's output item and emits `tool_call_completed`.
 fn record(ctx: &Context, call: &FunctionCallItem, outcome: CallOutcome, emit: &EmitPolicy) -> Item {
-    let item = Item::function_call_output(call.call_id.clone(), outcome.output.clone());
+    let item = if outcome.error {
+        Item::function_call_error(call.call_id.clone(), outcome.output.clone())
+    } else {
+        Item::function_call_output(call.call_id.clone(), outcome.output.clone())
+    };
     ctx.append_item(item.clone());
     if emit.active(ctx) {
         emit.emit(

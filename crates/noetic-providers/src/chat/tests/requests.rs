@@ -120,6 +120,7 @@ fn request_body_sends_images_as_parts_and_calls_without_text_as_null_content() {
         Item::developer_text("Use the tool."),
         Item::function_call("call_1", "describe", ""),
         Item::FunctionCallOutput(noetic_core::item::FunctionCallOutputItem {
+            is_error: false,
             id: None,
             call_id: "call_1".to_owned(),
             output: json!([
