@@ -37,8 +37,9 @@ pub trait Wire: Send + Sync + 'static {
     /// as `Authorization: Bearer <key>`.
     const KEY_HEADER: Option<&'static str> = None;
 
-    /// Serializes a round's request as a streaming body; `extra` fields replace the wire's own of the
-    /// same name (see [`crate::body`]).
+    /// Serializes a round's request as a streaming body. `extra` holds the caller's
+    /// `.body_field(..)`s: each replaces the wire's own field of the same name (write it once, not
+    /// twice) and the rest go last.
     ///
     /// # Errors
     /// [`ProviderError::InvalidConfig`] when the request cannot be expressed on this wire.
