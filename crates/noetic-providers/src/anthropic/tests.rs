@@ -272,3 +272,42 @@ fn only_anthropic_reasoning_with_a_signature_is_replayed() {
         ])
     );
 }
+
+#[test]
+fn a_history_cut_by_a_steer_is_a_valid_conversation_every_tool_use_answered_first() {
+    use noetic_core::model::{ModelParams, ModelRequest};
+
+    // What a round cut by a next-item steer leaves (core's `keep_cut_round`): the completed call and
+    // message, the call answered as skipped, then the steer's message.
+    let input = [
+        Item::user_text("look at this"),
+        Item::function_call("toolu_1", "wait", "{}"),
+        Item::assistant_text("partial text"),
+        Item::function_call_output(
+            "toolu_1",
+            "Tool call skipped: the user sent a new message before it ran.",
+        ),
+        Item::user_text("Use bullet points"),
+    ];
+    let params = ModelParams::default();
+    let request = ModelRequest::new("m", &input, &params);
+    let body: Value = serde_json::from_slice(
+        &super::request::request_body(&request, &Default::default(), &Default::default()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "look at this"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "wait", "input": {}},
+                {"type": "text", "text": "partial text"},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1",
+                 "content": "Tool call skipped: the user sent a new message before it ran."},
+                {"type": "text", "text": "Use bullet points"},
+            ]},
+        ])
+    );
+}
