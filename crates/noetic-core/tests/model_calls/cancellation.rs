@@ -83,7 +83,7 @@ async fn aborting_the_context_drops_a_tool_that_ignores_cancellation() {
             items[items.len() - 2..],
             [
                 Item::function_call("c1", "stubborn", "{}"),
-                Item::function_call_error(
+                Item::function_call_output(
                     "c1",
                     "Tool call aborted: the run was cancelled while the tool was running."
                 ),

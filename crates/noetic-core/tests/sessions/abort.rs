@@ -117,7 +117,8 @@ async fn abort_during_tool_calls_answers_the_calls_that_never_ran() {
             Item::user_text("two calls"),
             Item::function_call("c1", "wait", "{}"),
             Item::function_call("c2", "wait", "{}"),
-            Item::function_call_output("c1", "Error: aborted"),
+            // c1's tool returned an error when the abort reached it: a failed call.
+            Item::function_call_error("c1", "Error: aborted"),
             Item::function_call_output(
                 "c2",
                 "Tool call not run: the turn was aborted before it ran."

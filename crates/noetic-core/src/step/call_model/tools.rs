@@ -56,17 +56,30 @@ impl ToolSet {
     }
 }
 
-/// The outcome of one call: the output text and whether it reports an error.
+/// The outcome of one call: the output text, whether it reports an error, and whether the call
+/// failed (its output item is marked `is_error`) rather than never ran (skipped or aborted).
 struct CallOutcome {
     output: String,
     error: bool,
+    failed: bool,
 }
 
 impl CallOutcome {
+    /// The call failed, or was refused: `output` is its error.
     fn error(output: String) -> Self {
         CallOutcome {
             output,
             error: true,
+            failed: true,
+        }
+    }
+
+    /// The call never ran to an end (skipped by a steer, aborted): `output` says so.
+    fn not_run(output: String) -> Self {
+        CallOutcome {
+            output,
+            error: true,
+            failed: false,
         }
     }
 }
@@ -124,10 +137,7 @@ pub(super) async fn run_calls(
                 let applied = inbox.take(SteerPoint::BeforeToolCall, ctx);
                 if !applied.is_empty() {
                     for skipped in &calls[index..] {
-                        let outcome = CallOutcome {
-                            output: SKIPPED_BY_STEER.to_owned(),
-                            error: true,
-                        };
+                        let outcome = CallOutcome::not_run(SKIPPED_BY_STEER.to_owned());
                         items.push(record(ctx, skipped, outcome, emit));
                     }
                     return Ok(CallsOutcome {
@@ -285,7 +295,7 @@ async fn run_with_approvals(
                     items.push(record(
                         ctx,
                         call,
-                        CallOutcome::error(ABORTED_AWAITING_APPROVAL.to_owned()),
+                        CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
                         emit,
                     ));
                     let mut answered = vec![call];
@@ -294,7 +304,7 @@ async fn run_with_approvals(
                             items.push(record(
                                 ctx,
                                 &calls[later],
-                                CallOutcome::error(ABORTED_AWAITING_APPROVAL.to_owned()),
+                                CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
                                 emit,
                             ));
                             answered.push(&calls[later]);
@@ -344,7 +354,7 @@ fn parse_arguments(call: &FunctionCallItem) -> std::result::Result<Value, ()> {
 
 /// Appends a call's output item and emits `tool_call_completed`.
 fn record(ctx: &Context, call: &FunctionCallItem, outcome: CallOutcome, emit: &EmitPolicy) -> Item {
-    let item = if outcome.error {
+    let item = if outcome.failed {
         Item::function_call_error(call.call_id.clone(), outcome.output.clone())
     } else {
         Item::function_call_output(call.call_id.clone(), outcome.output.clone())
@@ -433,12 +443,13 @@ async fn run_call(call: &FunctionCallItem, tools: &ToolSet, ctx: &Context) -> Ca
     )
     .await
     else {
-        return CallOutcome::error(ABORTED_WHILE_RUNNING.to_owned());
+        return CallOutcome::not_run(ABORTED_WHILE_RUNNING.to_owned());
     };
     match outcome {
         Ok(Ok(value)) => CallOutcome {
             output: output_text(&value),
             error: false,
+            failed: false,
         },
         Ok(Err(error)) => CallOutcome::error(format!("Error: {error}")),
         Err(panic) => CallOutcome::error(format!(
