@@ -51,6 +51,11 @@ pub struct MessageItem {
     /// The content parts.
     #[serde(deserialize_with = "content_from_string_or_parts")]
     pub content: Vec<ContentPart>,
+    /// A prompt-cache breakpoint after this message, for providers that take explicit ones
+    /// (Anthropic, with `PromptCache::Explicit`); the OpenResponses wire leaves it out. Serialized
+    /// only when set. See [`Item::with_cache_breakpoint`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_breakpoint: bool,
     /// Fields not modelled here (`status`, `phase`, …), kept for exact replay.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -183,6 +188,7 @@ impl Item {
             id: None,
             role,
             content,
+            cache_breakpoint: false,
             extra: Map::new(),
         })
     }
@@ -211,6 +217,16 @@ impl Item {
             is_error: false,
             extra: Map::new(),
         })
+    }
+
+    /// This message with a prompt-cache breakpoint after it (providers that take explicit
+    /// breakpoints: Anthropic, with `PromptCache::Explicit`); any other item as it is.
+    #[must_use]
+    pub fn with_cache_breakpoint(mut self) -> Self {
+        if let Item::Message(message) = &mut self {
+            message.cache_breakpoint = true;
+        }
+        self
     }
 
     /// A function call output item whose text is the call's error.

@@ -123,6 +123,9 @@ pub enum PromptCache {
     /// On the system prompt, the last tool and the last block of the last message (Anthropic: three
     /// of its four breakpoints), what users otherwise place by hand.
     Auto,
+    /// After the messages marked with [`Item::with_cache_breakpoint`](crate::Item::with_cache_breakpoint)
+    /// (the last four, Anthropic's limit).
+    Explicit,
 }
 
 /// A JSON Schema response format for structured output.

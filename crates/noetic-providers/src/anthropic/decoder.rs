@@ -483,6 +483,7 @@ fn message_item(id: Option<String>, part: Option<(String, Map<String, Value>)>) 
         id,
         role: Role::Assistant,
         content,
+        cache_breakpoint: false,
         extra: Map::new(),
     })
 }

@@ -19,6 +19,9 @@ use super::decoder::BLOCK_MARK;
 use crate::body::{put, put_extra};
 use crate::error::ProviderError;
 
+/// The most cache breakpoints a request may carry.
+const MAX_BREAKPOINTS: usize = 4;
+
 /// `max_tokens` when the step sets no `max_output_tokens` (the API requires one).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
@@ -44,7 +47,7 @@ pub(crate) fn request_body(
     options: &BodyOptions,
     extra: &Map<String, Value>,
 ) -> Result<Vec<u8>, ProviderError> {
-    let mut messages = messages(request.input)?;
+    let (mut messages, breakpoints) = messages(request.input)?;
     let mut tools: Vec<Value> = request
         .tools
         .iter()
@@ -59,20 +62,30 @@ pub(crate) fn request_body(
     let mut system: Option<Value> = request
         .instructions
         .map(|text| json!([{"type": "text", "text": text}]));
-    let cache = request.params.prompt_cache.unwrap_or(options.cache);
-    if cache == PromptCache::Auto {
-        let mark = |block: Option<&mut Value>| {
-            if let Some(Value::Object(block)) = block {
-                block.insert("cache_control".to_owned(), json!({"type": "ephemeral"}));
+    let mark = |block: Option<&mut Value>| {
+        if let Some(Value::Object(block)) = block {
+            block.insert("cache_control".to_owned(), json!({"type": "ephemeral"}));
+        }
+    };
+    match request.params.prompt_cache.unwrap_or(options.cache) {
+        PromptCache::Auto => {
+            if let Some(Value::Array(blocks)) = &mut system {
+                mark(blocks.last_mut());
             }
-        };
-        if let Some(Value::Array(blocks)) = &mut system {
-            mark(blocks.last_mut());
+            mark(tools.last_mut());
+            if let Some(message) = messages.last_mut() {
+                mark(message.content.last_mut());
+            }
         }
-        mark(tools.last_mut());
-        if let Some(message) = messages.last_mut() {
-            mark(message.content.last_mut());
+        PromptCache::Explicit => {
+            // The API takes four breakpoints at most: the last four marks.
+            let skip = breakpoints.len().saturating_sub(MAX_BREAKPOINTS);
+            for &(message, block) in &breakpoints[skip..] {
+                mark(messages[message].content.get_mut(block));
+            }
         }
+        // `Off`, and modes newer than this wire.
+        _ => {}
     }
     let model = model_id(request.model);
     let body = Body {
@@ -172,17 +185,27 @@ pub(super) struct Message {
     pub(super) content: Vec<Value>,
 }
 
-/// The items as messages, consecutive blocks of one role in one message.
-fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
-    let mut messages: Vec<Message> = Vec::with_capacity(items.len());
-    let mut push = |role: &'static str, block: Value| match messages.last_mut() {
+/// Appends `block` to the last message when it has `role`, else as a new message.
+fn push_block(messages: &mut Vec<Message>, role: &'static str, block: Value) {
+    match messages.last_mut() {
         Some(last) if last.role == role => last.content.push(block),
         _ => messages.push(Message {
             role,
             content: vec![block],
         }),
-    };
+    }
+}
+
+/// Where a block sits: `(message, block)` indexes.
+type BlockAt = (usize, usize);
+
+/// The items as messages, consecutive blocks of one role in one message; and where the messages
+/// marked as cache breakpoints end.
+fn messages(items: &[Item]) -> Result<(Vec<Message>, Vec<BlockAt>), ProviderError> {
+    let mut messages: Vec<Message> = Vec::with_capacity(items.len());
+    let mut breakpoints = Vec::new();
     for item in items {
+        let mut push = |role: &'static str, block: Value| push_block(&mut messages, role, block);
         match item {
             Item::Message(message) => {
                 let role = match message.role {
@@ -194,6 +217,11 @@ fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
                     if let Some(block) = part_block(part)? {
                         push(role, block);
                     }
+                }
+                if message.cache_breakpoint
+                    && let Some(last) = messages.last()
+                {
+                    breakpoints.push((messages.len() - 1, last.content.len() - 1));
                 }
             }
             Item::FunctionCall(call) => {
@@ -272,7 +300,7 @@ fn messages(items: &[Item]) -> Result<Vec<Message>, ProviderError> {
             _ => {}
         }
     }
-    Ok(messages)
+    Ok((messages, breakpoints))
 }
 
 /// A content part as a block; `None` for an empty text.

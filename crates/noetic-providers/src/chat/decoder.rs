@@ -243,6 +243,7 @@ impl ChatDecoder {
                 id: Some(id.clone()),
                 role: Role::Assistant,
                 content: Vec::new(),
+                cache_breakpoint: false,
                 extra: Map::new(),
             }),
         });

@@ -67,6 +67,7 @@ impl Open {
                         id: Some(message.id),
                         role: Role::Assistant,
                         content,
+                        cache_breakpoint: false,
                         extra: status_extra(incomplete),
                     }),
                 });

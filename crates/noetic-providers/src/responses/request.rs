@@ -163,8 +163,9 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-/// The input items as OpenResponses takes them: a failed call's output without our `is_error`
-/// (the wire has no such field; a strict server refuses unknown ones).
+/// The input items as OpenResponses takes them: without our `is_error` (a failed call's output) and
+/// `cache_breakpoint` (a marked message): the wire has no such fields, and a strict server refuses
+/// unknown ones.
 struct Input<'a>(&'a [Item]);
 
 impl Serialize for Input<'_> {
@@ -177,6 +178,11 @@ impl Serialize for Input<'_> {
                     let mut plain = output.clone();
                     plain.is_error = false;
                     seq.serialize_element(&Item::FunctionCallOutput(plain))?;
+                }
+                Item::Message(message) if message.cache_breakpoint => {
+                    let mut plain = message.clone();
+                    plain.cache_breakpoint = false;
+                    seq.serialize_element(&Item::Message(plain))?;
                 }
                 other => seq.serialize_element(other)?,
             }

@@ -332,3 +332,44 @@ async fn images_and_pdfs_go_as_base64_or_url_sources_and_an_id_only_image_is_ref
         "nothing sent for a request it cannot express"
     );
 }
+
+#[tokio::test]
+async fn explicit_caching_marks_the_last_block_of_each_marked_message_the_last_four_at_most() {
+    let server = MockServer::start().await;
+    let provider = provider(&server);
+    server.push(reply("anthropic.text.claude-haiku-4.5.sse"));
+    let mut params = ModelParams::default();
+    params.prompt_cache = Some(PromptCache::Explicit);
+    let mut input = vec![Item::user_text("a long document").with_cache_breakpoint()];
+    for turn in 0..5 {
+        input.push(Item::assistant_text(format!("answer {turn}")).with_cache_breakpoint());
+        input.push(Item::user_text(format!("question {turn}")));
+    }
+    let tools = [tool("a", json!({"type": "object"}))];
+    let request = ModelRequest::new("claude-test", &input, &params)
+        .with_instructions(Some("System."))
+        .with_tools(&tools);
+    respond(&provider, &request).await.unwrap();
+    let body = server.requests().remove(0).body;
+    assert!(
+        body["system"][0].get("cache_control").is_none(),
+        "only marks"
+    );
+    assert!(
+        body["tools"][0].get("cache_control").is_none(),
+        "only marks"
+    );
+    let marked: Vec<String> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|message| message["content"].as_array().unwrap().clone())
+        .filter(|block| block.get("cache_control").is_some())
+        .map(|block| block["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        marked,
+        ["answer 1", "answer 2", "answer 3", "answer 4"],
+        "six marks, the last four kept"
+    );
+}

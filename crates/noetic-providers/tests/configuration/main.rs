@@ -8,7 +8,7 @@ mod body;
 mod headers;
 mod secrets;
 mod tool_choice;
-mod tool_errors;
+mod marks;
 
 use futures_util::StreamExt;
 use noetic_core::item::Item;

@@ -1,5 +1,6 @@
-//! A failed tool call's output: marked `is_error` on the Anthropic wire, left unmarked on the
-//! OpenResponses wire (which has no such field).
+//! Marks of ours that only some wires carry: a failed tool call's output is `is_error` on the Anthropic
+//! wire and unmarked on the OpenResponses wire (which has no such field), and so is a message's cache
+//! breakpoint.
 
 use noetic_core::{
     AgentHarness, ContextOptions, ModelProvider, Tool, ToolContext, ToolError, call_model,
@@ -99,4 +100,27 @@ async fn a_failed_calls_output_carries_no_is_error_on_the_openresponses_wire() {
             .contains("the weather service is down"),
         "{output}"
     );
+}
+
+#[tokio::test]
+async fn a_cache_breakpoint_mark_is_left_out_on_the_openresponses_wire() {
+    use noetic_core::item::Item;
+    use noetic_core::model::{ModelParams, ModelRequest};
+
+    let server = MockServer::start().await;
+    server.push(MockReply::answer("ok"));
+    let provider = OpenResponses::builder(server.base_url())
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    let params = ModelParams::default();
+    let input = [Item::user_text("a long document").with_cache_breakpoint()];
+    let stream = provider
+        .stream(&ModelRequest::new("m", &input, &params))
+        .await
+        .unwrap();
+    drop(stream);
+    let body = &server.requests()[0].body;
+    assert!(body["input"][0].get("cache_breakpoint").is_none(), "{body}");
+    assert_eq!(body["input"][0]["role"], "user");
 }
