@@ -16,7 +16,7 @@ use noetic_core::item::{ContentPart, FunctionCallItem, Item, MessageItem, Reason
 use noetic_core::model::{ReasoningKind, ResponseSnapshot, ResponseStatus};
 use serde_json::{Map, Value, json};
 
-use super::events::{Delta, Event, WireUsage};
+use super::events::{Delta, Event, StartMessage, WireUsage};
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
 
@@ -104,9 +104,10 @@ impl WireDecoder for AnthropicDecoder {
             "ping" => {}
             "message_start" => {
                 if let Some(message) = event.message {
-                    self.response_id = message.id;
-                    self.model = message.model;
-                    self.usage = message.usage;
+                    let StartMessage { id, model, usage } = *message;
+                    self.response_id = id;
+                    self.model = model;
+                    self.usage = usage;
                 }
                 out.push(ResponseEvent::Created {
                     response_id: self.response_id.clone(),
@@ -115,7 +116,7 @@ impl WireDecoder for AnthropicDecoder {
             }
             "content_block_start" => {
                 let index = need_index(&event, data)?;
-                let block = event.content_block.unwrap_or_default();
+                let block = event.content_block.map(|block| *block).unwrap_or_default();
                 self.start(index, block, out);
             }
             "content_block_stop" => {
@@ -130,7 +131,7 @@ impl WireDecoder for AnthropicDecoder {
                     self.stop_reason = Some(reason.into_owned());
                 }
                 if let Some(later) = event.usage {
-                    self.usage.get_or_insert_default().overwrite_with(later);
+                    self.usage.get_or_insert_default().overwrite_with(*later);
                 }
             }
             "message_stop" => self.end(out),
@@ -289,7 +290,7 @@ impl AnthropicDecoder {
             }
             ("citations_delta", Block::Text { citations, .. }) => {
                 if let Some(citation) = delta.citation {
-                    citations.push(citation);
+                    citations.push(*citation);
                 }
             }
             (
@@ -298,7 +299,7 @@ impl AnthropicDecoder {
                     output_index, text, ..
                 },
             ) => {
-                if let Some(piece) = delta.thinking.filter(|piece| !piece.is_empty()) {
+                if let Some(piece) = delta.text.filter(|piece| !piece.is_empty()) {
                     text.push_str(&piece);
                     out.push(ResponseEvent::ReasoningDelta {
                         kind: ReasoningKind::Text,
@@ -309,7 +310,7 @@ impl AnthropicDecoder {
                 }
             }
             ("signature_delta", Block::Thinking { signature, .. }) => {
-                if let Some(piece) = delta.signature {
+                if let Some(piece) = delta.text {
                     signature.push_str(&piece);
                 }
             }
@@ -319,7 +320,7 @@ impl AnthropicDecoder {
                     output_index, json, ..
                 },
             ) => {
-                if let Some(piece) = delta.partial_json.filter(|piece| !piece.is_empty()) {
+                if let Some(piece) = delta.text.filter(|piece| !piece.is_empty()) {
                     json.push_str(&piece);
                     out.push(ResponseEvent::FunctionCallArgumentsDelta {
                         output_index: *output_index,
@@ -328,7 +329,7 @@ impl AnthropicDecoder {
                 }
             }
             ("input_json_delta", Block::Verbatim { json, .. }) => {
-                if let Some(piece) = delta.partial_json {
+                if let Some(piece) = delta.text {
                     json.push_str(&piece);
                 }
             }

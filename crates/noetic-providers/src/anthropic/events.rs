@@ -21,33 +21,37 @@ pub(super) struct Event<'a> {
     #[serde(default, borrow)]
     pub(super) delta: Option<Delta<'a>>,
     /// `content_block_start`: the block in its initial form.
+    // The fields of rare events are boxed: the struct of every delta stays small to build and move.
     #[serde(default)]
-    pub(super) content_block: Option<Map<String, Value>>,
+    pub(super) content_block: Option<Box<Map<String, Value>>>,
     /// `message_start`: the message with its id, model and first usage.
     #[serde(default)]
-    pub(super) message: Option<StartMessage>,
+    pub(super) message: Option<Box<StartMessage>>,
     /// `message_delta`: the usage so far (cumulative).
     #[serde(default)]
-    pub(super) usage: Option<WireUsage>,
+    pub(super) usage: Option<Box<WireUsage>>,
     /// `error`.
     #[serde(default)]
-    pub(super) error: Option<WireError>,
+    pub(super) error: Option<Box<WireError>>,
 }
 
 #[derive(Deserialize)]
 pub(super) struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
     pub(super) kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    /// The delta's piece, whatever its type names it: `text` (`text_delta`), `thinking`
+    /// (`thinking_delta`), `partial_json` (`input_json_delta`) or `signature` (`signature_delta`). A
+    /// delta carries one, so one field holds it and the struct every delta builds stays small.
+    #[serde(
+        default,
+        borrow,
+        alias = "thinking",
+        alias = "partial_json",
+        alias = "signature"
+    )]
     pub(super) text: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    pub(super) partial_json: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    pub(super) thinking: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    pub(super) signature: Option<Cow<'a, str>>,
     #[serde(default)]
-    pub(super) citation: Option<Value>,
+    pub(super) citation: Option<Box<Value>>,
     #[serde(default, borrow)]
     pub(super) stop_reason: Option<Cow<'a, str>>,
 }

@@ -6,9 +6,9 @@
 
 mod body;
 mod headers;
+mod marks;
 mod secrets;
 mod tool_choice;
-mod marks;
 
 use futures_util::StreamExt;
 use noetic_core::item::Item;
