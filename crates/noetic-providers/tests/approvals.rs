@@ -1,7 +1,8 @@
 //! A round with one call needing approval and one that does not, through the real providers: after
 //! the approval, the next request answers both calls in each wire format (Chat Completions: a `tool`
 //! message per `tool_call_id` after the assistant's `tool_calls`; Responses: a `function_call_output`
-//! per `call_id`), although the ungated call's output was recorded first.
+//! per `call_id`; Anthropic: a `tool_result` per `tool_use` id, all in the next user message),
+//! although the ungated call's output was recorded first.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
@@ -12,8 +13,8 @@ use noetic_core::{
     AgentHarness, ExecuteOptions, FrameworkEvent, ModelProvider, Scope, StreamEvent, Tool,
     ToolContext, ToolError, call_model,
 };
-use noetic_providers::{ChatCompletions, OpenResponses, RetryConfig};
-use noetic_test_support::{MockReply, MockServer};
+use noetic_providers::{Anthropic, ChatCompletions, OpenResponses, RetryConfig};
+use noetic_test_support::{MockReply, MockServer, anthropic_fixtures_dir};
 use serde_json::{Value, json};
 
 fn tool(name: &'static str) -> Tool {
@@ -153,4 +154,49 @@ async fn responses_gets_a_function_call_output_for_every_call_after_an_approval(
         .position(|item| item["type"] == "function_call_output")
         .unwrap();
     assert!(last_call < first_output);
+}
+
+#[tokio::test]
+async fn anthropic_gets_a_tool_result_for_every_tool_use_after_an_approval() {
+    let server = MockServer::start().await;
+    // Two parallel tool_use blocks: get_weather and get_time.
+    for file in [
+        "anthropic.parallel-tool-use.claude-3.5-sonnet.sse",
+        "anthropic.text.claude-haiku-4.5.sse",
+    ] {
+        server.push(MockReply::fixture_file(
+            &anthropic_fixtures_dir().join(file),
+        ));
+    }
+    let provider = Anthropic::builder("sk-ant-test")
+        .base_url(server.base_url())
+        .retry(RetryConfig::none())
+        .build()
+        .unwrap();
+    let body = second_request(&server, provider, "get_weather", "get_time").await;
+
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|message| message["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    let used: BTreeSet<&str> = messages[1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|block| block["type"] == "tool_use")
+        .map(|block| block["id"].as_str().unwrap())
+        .collect();
+    let results = messages[2]["content"].as_array().unwrap();
+    assert!(
+        results.iter().all(|block| block["type"] == "tool_result"),
+        "only tool results in the answering message: {results:?}"
+    );
+    let answered: BTreeSet<&str> = results
+        .iter()
+        .map(|block| block["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(used.len(), 2);
+    assert_eq!(used, answered, "every tool_use has its tool_result");
 }
