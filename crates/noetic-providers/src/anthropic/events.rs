@@ -80,20 +80,7 @@ pub(super) struct WireUsage {
     /// The passes of a response the server ran several of (compaction, fallback): the top-level
     /// fields then describe the last pass only, and the whole is their sum.
     #[serde(default)]
-    pub(super) iterations: Option<Vec<Pass>>,
-}
-
-/// One pass's usage in `usage.iterations`.
-#[derive(Deserialize, Default, Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Pass {
-    #[serde(default)]
-    pub(super) input_tokens: Option<u64>,
-    #[serde(default)]
-    pub(super) output_tokens: Option<u64>,
-    #[serde(default)]
-    pub(super) cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
-    pub(super) cache_read_input_tokens: Option<u64>,
+    pub(super) iterations: Option<Vec<WireUsage>>,
 }
 
 impl WireUsage {
@@ -123,7 +110,7 @@ impl WireUsage {
             .as_deref()
             .filter(|passes| !passes.is_empty())
         {
-            let sum = |field: fn(&Pass) -> Option<u64>| {
+            let sum = |field: fn(&WireUsage) -> Option<u64>| {
                 passes
                     .iter()
                     .map(field)

@@ -234,7 +234,6 @@ fn a_response_of_several_passes_is_billed_as_the_sum_of_its_iterations() {
 #[test]
 fn only_anthropic_reasoning_with_a_signature_is_replayed() {
     use noetic_core::item::ReasoningItem;
-    use noetic_core::model::{ModelParams, ModelRequest};
 
     let reasoning = |extra: Value, encrypted: Option<&str>| {
         let Value::Object(extra) = extra else {
@@ -257,12 +256,7 @@ fn only_anthropic_reasoning_with_a_signature_is_replayed() {
         reasoning(json!({"anthropic": "thinking"}), None),
         Item::assistant_text("a"),
     ];
-    let params = ModelParams::default();
-    let request = ModelRequest::new("m", &input, &params);
-    let body: Value = serde_json::from_slice(
-        &super::request::request_body(&request, &Default::default(), &Default::default()).unwrap(),
-    )
-    .unwrap();
+    let body = body_of(&input);
     assert_eq!(
         body["messages"][1]["content"],
         json!([
@@ -275,8 +269,6 @@ fn only_anthropic_reasoning_with_a_signature_is_replayed() {
 
 #[test]
 fn a_history_cut_by_a_steer_is_a_valid_conversation_every_tool_use_answered_first() {
-    use noetic_core::model::{ModelParams, ModelRequest};
-
     // What a round cut by a next-item steer leaves (core's `keep_cut_round`): the completed call and
     // message, the call answered as skipped, then the steer's message.
     let input = [
@@ -289,12 +281,7 @@ fn a_history_cut_by_a_steer_is_a_valid_conversation_every_tool_use_answered_firs
         ),
         Item::user_text("Use bullet points"),
     ];
-    let params = ModelParams::default();
-    let request = ModelRequest::new("m", &input, &params);
-    let body: Value = serde_json::from_slice(
-        &super::request::request_body(&request, &Default::default(), &Default::default()).unwrap(),
-    )
-    .unwrap();
+    let body = body_of(&input);
     assert_eq!(
         body["messages"],
         json!([
@@ -310,4 +297,12 @@ fn a_history_cut_by_a_steer_is_a_valid_conversation_every_tool_use_answered_firs
             ]},
         ])
     );
+}
+
+/// The body the wire builds for `input`, with default settings.
+fn body_of(input: &[Item]) -> Value {
+    let params = noetic_core::model::ModelParams::default();
+    let request = noetic_core::model::ModelRequest::new("m", input, &params);
+    let bytes = super::request::request_body(&request, &Default::default(), &Default::default());
+    serde_json::from_slice(&bytes.unwrap()).unwrap()
 }
