@@ -16,7 +16,7 @@ use noetic_core::item::{ContentPart, FunctionCallItem, Item, MessageItem, Reason
 use noetic_core::model::{ReasoningKind, ResponseSnapshot, ResponseStatus};
 use serde_json::{Map, Value, json};
 
-use super::events::{Delta, Event, StartMessage, WireUsage};
+use super::events::{Delta, DeltaKind, Event, StartMessage, WireUsage, quick_delta};
 use crate::decode::WireDecoder;
 use crate::error::ProviderError;
 
@@ -90,6 +90,19 @@ impl AnthropicDecoder {
 impl WireDecoder for AnthropicDecoder {
     fn decode(&mut self, data: &str, out: &mut Vec<ResponseEvent>) -> Result<(), ProviderError> {
         if self.done {
+            return Ok(());
+        }
+        if let Some((index, kind, text)) = quick_delta(data) {
+            self.delta(
+                index,
+                Delta {
+                    kind: Some(kind),
+                    text: Some(text),
+                    citation: None,
+                    stop_reason: None,
+                },
+                out,
+            );
             return Ok(());
         }
         let event: Event<'_> = serde_json::from_str(data)
@@ -271,10 +284,10 @@ impl AnthropicDecoder {
             self.skipped += 1;
             return;
         };
-        let kind = delta.kind.as_deref().unwrap_or_default();
+        let kind = delta.kind.unwrap_or(DeltaKind::Other);
         match (kind, block) {
             (
-                "text_delta",
+                DeltaKind::TextDelta,
                 Block::Text {
                     output_index, text, ..
                 },
@@ -288,13 +301,13 @@ impl AnthropicDecoder {
                     });
                 }
             }
-            ("citations_delta", Block::Text { citations, .. }) => {
+            (DeltaKind::CitationsDelta, Block::Text { citations, .. }) => {
                 if let Some(citation) = delta.citation {
                     citations.push(*citation);
                 }
             }
             (
-                "thinking_delta",
+                DeltaKind::ThinkingDelta,
                 Block::Thinking {
                     output_index, text, ..
                 },
@@ -309,13 +322,13 @@ impl AnthropicDecoder {
                     });
                 }
             }
-            ("signature_delta", Block::Thinking { signature, .. }) => {
+            (DeltaKind::SignatureDelta, Block::Thinking { signature, .. }) => {
                 if let Some(piece) = delta.text {
                     signature.push_str(&piece);
                 }
             }
             (
-                "input_json_delta",
+                DeltaKind::InputJsonDelta,
                 Block::ToolUse {
                     output_index, json, ..
                 },
@@ -328,7 +341,7 @@ impl AnthropicDecoder {
                     });
                 }
             }
-            ("input_json_delta", Block::Verbatim { json, .. }) => {
+            (DeltaKind::InputJsonDelta, Block::Verbatim { json, .. }) => {
                 if let Some(piece) = delta.text {
                     json.push_str(&piece);
                 }

@@ -7,6 +7,7 @@ use noetic_core::model::{ResponseAccumulator, ResponseStatus};
 use serde_json::{Value, json};
 
 use super::AnthropicDecoder;
+use super::events::{DeltaKind, Event, quick_delta};
 use crate::decode::WireDecoder;
 
 const START: &str = r#"{"type":"message_start","message":{"id":"msg_1","model":"claude-x","usage":{"input_tokens":10,"output_tokens":1}}}"#;
@@ -305,4 +306,86 @@ fn body_of(input: &[Item]) -> Value {
     let request = noetic_core::model::ModelRequest::new("m", input, &params);
     let bytes = super::request::request_body(&request, &Default::default(), &Default::default());
     serde_json::from_slice(&bytes.unwrap()).unwrap()
+}
+
+/// What the full parse reads from a delta event: index, type and string piece.
+fn full_delta(data: &str) -> Option<(u32, DeltaKind, String)> {
+    let event: Event<'_> = serde_json::from_str(data).ok()?;
+    let delta = event.delta?;
+    Some((event.index?, delta.kind?, delta.text?.into_owned()))
+}
+
+#[test]
+fn the_quick_path_reads_every_recorded_delta_as_the_full_parse_does() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/anthropic");
+    let mut deltas = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|ext| ext != "sse") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for data in text.lines().filter_map(|line| line.strip_prefix("data: ")) {
+            if !data.contains("\"content_block_delta\"") || data.contains("\"citations_delta\"") {
+                continue;
+            }
+            let quick = quick_delta(data).unwrap_or_else(|| {
+                panic!("{}: not read by the quick path: {data}", path.display())
+            });
+            let quick = (quick.0, quick.1, quick.2.into_owned());
+            assert_eq!(Some(quick), full_delta(data), "{}: {data}", path.display());
+            deltas += 1;
+        }
+    }
+    assert!(deltas > 150, "only {deltas} recorded deltas");
+}
+
+#[test]
+fn the_quick_path_leaves_what_it_cannot_read_exactly_to_the_full_parse() {
+    let prefix = r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"#;
+    // Read by the quick path, the same as the full parse.
+    for body in [
+        r#""plain""#,
+        r#""""#,
+        r#""line\nbreak, \"quoted\", back\\slash, \u00e9, \ud83d\ude00""#,
+        r#""ends in a backslash\\""#,
+        r#""caf\u00e9 ü""#,
+    ] {
+        for padding in ["", "   "] {
+            let data = format!("{prefix}{body}}}{padding}}}{padding}");
+            let quick = quick_delta(&data).unwrap_or_else(|| panic!("not read: {data}"));
+            let quick = (quick.0, quick.1, quick.2.into_owned());
+            assert_eq!(Some(quick), full_delta(&data), "{data}");
+        }
+    }
+    // Not read by the quick path: another field after the string, whether or not the string
+    // looks like it ends at the delta's end; another key order; a type without one string field;
+    // a raw control character; an index out of range; leading whitespace.
+    for data in [
+        format!(r#"{prefix}"a","extra":"b"}}}}"#),
+        format!(r#"{prefix}"a\"","extra":"b\""}}}}"#),
+        r#"{"index":0,"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}}"#
+            .to_owned(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"text":"a","type":"text_delta"}}"#
+            .to_owned(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{}}}"#
+            .to_owned(),
+        format!("{prefix}\"a\u{1}b\"}}}}"),
+        r#"{"type":"content_block_delta","index":99999999999,"delta":{"type":"text_delta","text":"a"}}"#
+            .to_owned(),
+        format!(" {prefix}\"a\"}}}}"),
+        format!(r#"{prefix}"unterminated\"}}}}"#),
+    ] {
+        assert!(quick_delta(&data).is_none(), "read by the quick path: {data}");
+    }
+    // Those the full parse reads, it reads as the decoder expects: through the general path.
+    let events = decode(&[
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        serde_json::from_str(&format!(r#"{prefix}"a","extra":"b"}}}}"#).replace(":3,", ":0,"))
+            .unwrap(),
+        json!({"type": "content_block_stop", "index": 0}),
+    ]);
+    assert!(events.iter().any(
+        |event| matches!(event, ResponseEvent::OutputTextDelta { delta, .. } if delta == "a")
+    ));
 }
