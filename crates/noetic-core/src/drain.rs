@@ -78,6 +78,9 @@ pub enum CallKind {
     ModelRound,
     /// A decision call (a layer's or a step's own model query).
     Decide,
+    /// One prompt turn of an `acp_agent` step: the agent's own model calls, paid by it, priced when
+    /// it reports usage.
+    AgentTurn,
 }
 
 /// One call a drain accounts for. A finished call the provider billed carries its usage and cost

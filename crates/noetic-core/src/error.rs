@@ -19,6 +19,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// `("CODE", "meaning"),`: xtask reads this source text.
 pub const CODES: &[(&str, &str)] = &[
     (
+        "ACP_RUNTIME_MISSING",
+        "An `acp_agent` step ran on a harness without an ACP runtime (`AgentHarnessBuilder::acp_runtime`).",
+    ),
+    (
+        "ACP_CONFIG_INVALID",
+        "An `acp_agent` step's configuration cannot run: no prompt, an unknown agent name, a cwd outside the fs root, reuse without keep-alive; the message names the field.",
+    ),
+    (
         "NO_STEP_CONFIGURED",
         "`execute()` was called on a harness built without an agent graph.",
     ),
@@ -763,6 +771,8 @@ mod tests {
             "SHELL_SPAWN_FAILED",
             "SUBPROCESS_FAILED",
             "SUBPROCESS_MANIFEST_CORRUPT",
+            "ACP_RUNTIME_MISSING",
+            "ACP_CONFIG_INVALID",
         ];
         for code in adapter_codes {
             assert!(CODES.iter().any(|(listed, _)| *listed == code), "{code}");

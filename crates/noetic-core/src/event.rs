@@ -236,6 +236,47 @@ pub enum FrameworkEvent {
         /// The child's event, in its [`StreamEvent::to_json`] shape.
         event: serde_json::Value,
     },
+    /// An `acp_agent` step's turn started: the agent is being prompted.
+    AcpTurnStarted {
+        /// The step.
+        step_id: String,
+        /// The agent's name.
+        agent: String,
+    },
+    /// An `acp_agent` step's turn ended, always once after [`FrameworkEvent::AcpTurnStarted`].
+    AcpTurnFinished {
+        /// The step.
+        step_id: String,
+        /// The agent's stop reason, when it answered the prompt.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<String>,
+        /// The error code the turn failed with.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// What an ACP agent streamed (every `session/update`, plans included), as received.
+    AcpUpdate {
+        /// The step.
+        step_id: String,
+        /// The update object (`sessionUpdate` and its fields).
+        update: serde_json::Value,
+    },
+    /// A request of an ACP agent to the client (a file read or write, a terminal), served or
+    /// refused.
+    AcpClientActivity {
+        /// The step.
+        step_id: String,
+        /// The method.
+        method: String,
+        /// The path or command it named.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+        /// Whether it was served.
+        served: bool,
+        /// Why not.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
 }
 
 impl FrameworkEvent {
@@ -280,6 +321,10 @@ impl FrameworkEvent {
                 FrameworkEventKind::ToolRoundLimitExceeded
             }
             FrameworkEvent::SubprocessEvent { .. } => FrameworkEventKind::SubprocessEvent,
+            FrameworkEvent::AcpTurnStarted { .. } => FrameworkEventKind::AcpTurnStarted,
+            FrameworkEvent::AcpTurnFinished { .. } => FrameworkEventKind::AcpTurnFinished,
+            FrameworkEvent::AcpUpdate { .. } => FrameworkEventKind::AcpUpdate,
+            FrameworkEvent::AcpClientActivity { .. } => FrameworkEventKind::AcpClientActivity,
         }
     }
 
@@ -343,6 +388,14 @@ pub enum FrameworkEventKind {
     DrainFinished,
     /// `subprocess_event`: [`FrameworkEvent::SubprocessEvent`].
     SubprocessEvent,
+    /// `acp_turn_started`: [`FrameworkEvent::AcpTurnStarted`].
+    AcpTurnStarted,
+    /// `acp_turn_finished`: [`FrameworkEvent::AcpTurnFinished`].
+    AcpTurnFinished,
+    /// `acp_update`: [`FrameworkEvent::AcpUpdate`].
+    AcpUpdate,
+    /// `acp_client_activity`: [`FrameworkEvent::AcpClientActivity`].
+    AcpClientActivity,
 }
 
 impl FrameworkEventKind {
@@ -373,6 +426,10 @@ impl FrameworkEventKind {
         FrameworkEventKind::DrainStarted,
         FrameworkEventKind::DrainFinished,
         FrameworkEventKind::SubprocessEvent,
+        FrameworkEventKind::AcpTurnStarted,
+        FrameworkEventKind::AcpTurnFinished,
+        FrameworkEventKind::AcpUpdate,
+        FrameworkEventKind::AcpClientActivity,
     ];
 
     /// The unprefixed type name (`step_started`, …), as in the JSON of the event.
@@ -403,6 +460,10 @@ impl FrameworkEventKind {
             FrameworkEventKind::DrainStarted => "drain_started",
             FrameworkEventKind::DrainFinished => "drain_finished",
             FrameworkEventKind::SubprocessEvent => "subprocess_event",
+            FrameworkEventKind::AcpTurnStarted => "acp_turn_started",
+            FrameworkEventKind::AcpTurnFinished => "acp_turn_finished",
+            FrameworkEventKind::AcpUpdate => "acp_update",
+            FrameworkEventKind::AcpClientActivity => "acp_client_activity",
         }
     }
 

@@ -23,6 +23,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod acp;
 pub mod adapter;
 mod approval;
 pub mod channel;
@@ -82,10 +83,10 @@ pub use session::{
     StoredThread, TurnOutcome,
 };
 pub use step::{
-    Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder,
+    AcpAgentBuilder, Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder,
     LoopBuilder, LoopStart, MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy,
     RunCodeBuilder, STOP_GRACE, ScheduleBuilder, ScheduleOnError, SequenceBuilder, SequenceStart,
-    Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, StepRegistry, call_model,
+    Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, StepRegistry, acp_agent, call_model,
     conditional, in_parallel, invoke_tool, loop_step, run_code, schedule, sequence, spawn,
     with_context,
 };

@@ -8,6 +8,7 @@
 //! [`Context::run`].
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use crate::adapter::{
     DurableStore, FsAdapter, InMemoryFs, InMemoryStorage, InProcess, NoShell, ShellAdapter,
     StorageAdapter, SubprocessAdapter,
 };
+use crate::acp::{AcpAgentCommand, AcpRuntime};
 use crate::approval::Approvals;
 use crate::checkpoint::{DeferredDeletes, Durability, LedgerRetention};
 use crate::connection::Connection;
@@ -82,6 +84,15 @@ pub struct Runtime {
     /// The tool calls waiting for a person's approval (state: gated calls ask, `approve` and
     /// `reject` decide).
     approvals: Arc<Approvals>,
+    /// What runs `acp_agent` steps, and the agents they may name.
+    acp: Acp,
+}
+
+/// A runtime's ACP side: the runtime that runs `acp_agent` turns and the named agents.
+#[derive(Default, Clone)]
+struct Acp {
+    runtime: Option<Arc<dyn AcpRuntime>>,
+    agents: BTreeMap<String, AcpAgentCommand>,
 }
 
 impl Runtime {
@@ -113,6 +124,7 @@ impl Runtime {
             shell: None,
             subprocess: None,
             durable: None,
+            acp: Acp::default(),
             lease_ttl: crate::checkpoint::DEFAULT_LEASE_TTL,
             retention: LedgerRetention::default(),
         }
@@ -152,6 +164,21 @@ impl Runtime {
     /// The subprocess adapter ([`InProcess`] unless the builder was given one).
     pub fn subprocess(&self) -> &Arc<dyn SubprocessAdapter> {
         &self.subprocess
+    }
+
+    /// What runs `acp_agent` steps, when the builder was given one ([`RuntimeBuilder::acp_runtime`]).
+    pub fn acp_runtime(&self) -> Option<&Arc<dyn AcpRuntime>> {
+        self.acp.runtime.as_ref()
+    }
+
+    /// The ACP agent registered under `name` ([`RuntimeBuilder::acp_agent`]).
+    pub fn acp_agent(&self, name: &str) -> Option<&AcpAgentCommand> {
+        self.acp.agents.get(name)
+    }
+
+    /// The names of the registered ACP agents, sorted.
+    pub fn acp_agent_names(&self) -> impl Iterator<Item = &str> {
+        self.acp.agents.keys().map(String::as_str)
     }
 
     /// The durable store, when the builder was given one ([`RuntimeBuilder::durable`]).
@@ -282,6 +309,7 @@ pub struct RuntimeBuilder {
     shell: Option<Arc<dyn ShellAdapter>>,
     subprocess: Option<Arc<dyn SubprocessAdapter>>,
     durable: Option<Arc<dyn DurableStore>>,
+    acp: Acp,
     lease_ttl: Duration,
     retention: LedgerRetention,
 }
@@ -387,6 +415,20 @@ impl RuntimeBuilder {
         self
     }
 
+    /// What runs `acp_agent` steps (`noetic_acp::AcpClient`); without one such a step fails with
+    /// `ACP_RUNTIME_MISSING`.
+    pub fn acp_runtime(mut self, runtime: impl AcpRuntime) -> Self {
+        self.acp.runtime = Some(Arc::new(runtime));
+        self
+    }
+
+    /// Registers an ACP agent under `name`, for `acp_agent` steps (and JSON workflow nodes) that
+    /// name it (replacing one of the same name).
+    pub fn acp_agent(mut self, name: impl Into<String>, command: AcpAgentCommand) -> Self {
+        self.acp.agents.insert(name.into(), command);
+        self
+    }
+
     /// Sets every adapter `environment` holds (the others keep their current values).
     pub fn environment(mut self, environment: Environment) -> Self {
         let Environment {
@@ -465,6 +507,7 @@ impl RuntimeBuilder {
                 deferred_deletes,
             }),
             approvals: Arc::new(Approvals::new(durable_store)),
+            acp: self.acp,
             paid_calls,
         })
     }

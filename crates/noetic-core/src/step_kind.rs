@@ -28,6 +28,8 @@ pub enum StepKind {
     Sequence,
     /// [`crate::schedule`].
     Schedule,
+    /// [`crate::acp_agent`].
+    AcpAgent,
 }
 
 impl StepKind {
@@ -44,6 +46,7 @@ impl StepKind {
             StepKind::Loop => "loop",
             StepKind::Sequence => "sequence",
             StepKind::Schedule => "schedule",
+            StepKind::AcpAgent => "acp_agent",
         }
     }
 }
@@ -65,6 +68,7 @@ mod tests {
             StepKind::Loop,
             StepKind::Sequence,
             StepKind::Schedule,
+            StepKind::AcpAgent,
         ] {
             assert_eq!(
                 serde_json::to_value(kind).expect("serializes"),

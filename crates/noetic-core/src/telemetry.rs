@@ -427,6 +427,7 @@ pub(crate) fn paid_call_left_pending(call: &PaidCall) {
     let kind = match call.kind {
         CallKind::ModelRound => "model_round",
         CallKind::Decide => "decide",
+        CallKind::AgentTurn => "agent_turn",
     };
     tracing::info!(
         target: METRICS_TARGET,

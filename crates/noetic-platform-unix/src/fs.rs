@@ -290,6 +290,10 @@ fn parent_and_name(relative: &str) -> Result<(&str, &str), Fault> {
 }
 
 impl FsAdapter for LocalFs {
+    fn host_root(&self) -> Option<&Path> {
+        Some(self.root())
+    }
+
     fn read<'a>(
         &'a self,
         path: &'a str,

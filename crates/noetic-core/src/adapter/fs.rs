@@ -217,6 +217,13 @@ pub trait FsAdapter: Send + Sync + 'static {
     /// # Errors
     /// [`FsError`]: refused path, not found, or an OS failure.
     fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<FileStat, FsError>>;
+
+    /// The directory on the host the root is, for adapters backed by real files (what a program
+    /// started outside the adapter, such as an ACP agent, sees as the root); `None` (the default)
+    /// for file systems that exist only in the process.
+    fn host_root(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// A shared adapter is an adapter: share one `Arc<InMemoryFs>` between a harness and the code that
@@ -252,6 +259,10 @@ impl<T: FsAdapter + ?Sized> FsAdapter for std::sync::Arc<T> {
 
     fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<FileStat, FsError>> {
         (**self).stat(path)
+    }
+
+    fn host_root(&self) -> Option<&std::path::Path> {
+        (**self).host_root()
     }
 }
 

@@ -142,11 +142,21 @@ impl Context {
     /// # Errors
     /// [`Error::Cancelled`] when the context is (or, under a drain, gets) cancelled.
     pub(crate) async fn dispatch_call(&self, model: &str, round: u32) -> Result<CallGuard> {
+        self.dispatch_call_of(CallKind::ModelRound, model, round).await
+    }
+
+    /// [`Context::dispatch_call`] for a call of `kind`.
+    pub(crate) async fn dispatch_call_of(
+        &self,
+        kind: CallKind,
+        model: &str,
+        round: u32,
+    ) -> Result<CallGuard> {
         self.check_aborted()?;
         let calls = self.runtime().paid_calls().clone();
         let dispatch_id = crate::id::new_id();
         let call = PaidCall {
-            kind: CallKind::ModelRound,
+            kind,
             model: model.to_owned(),
             execution_id: self.root().id().to_owned(),
             round: Some(round),

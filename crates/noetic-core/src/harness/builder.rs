@@ -167,6 +167,20 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// What runs `acp_agent` steps (`noetic_acp::AcpClient`); see
+    /// [`crate::RuntimeBuilder::acp_runtime`].
+    pub fn acp_runtime(mut self, runtime: impl crate::acp::AcpRuntime) -> Self {
+        self.runtime = self.runtime.acp_runtime(runtime);
+        self
+    }
+
+    /// Registers an ACP agent under `name` for `acp_agent` steps and workflow nodes that name it;
+    /// see [`crate::RuntimeBuilder::acp_agent`].
+    pub fn acp_agent(mut self, name: impl Into<String>, command: crate::acp::AcpAgentCommand) -> Self {
+        self.runtime = self.runtime.acp_agent(name, command);
+        self
+    }
+
     /// Where `run_code`, `spawn` and `detached_spawn` steps run (default: in process); see
     /// [`crate::RuntimeBuilder::subprocess`].
     pub fn subprocess(mut self, subprocess: impl crate::adapter::SubprocessAdapter) -> Self {

@@ -14,6 +14,7 @@
 //! raises `CANCELLED` if the context is aborted, counts the step, calls `hooks.before_step`, emits
 //! `step_started`, dispatches, emits `step_completed` and calls `hooks.after_step` with the result.
 
+mod acp_agent;
 pub(crate) mod call_model;
 mod conditional;
 mod interpreter;
@@ -28,6 +29,7 @@ mod spawn;
 pub mod until;
 mod with_context;
 
+pub use acp_agent::{AcpAgentBuilder, acp_agent};
 pub use call_model::{CallModelBuilder, MAX_RECOVERIES, MAX_TOOL_ROUNDS, call_model};
 pub use conditional::conditional;
 pub use invoke_tool::{InvokeToolBuilder, invoke_tool};
@@ -187,6 +189,7 @@ pub(crate) enum StepBody {
     Loop(loop_step::LoopSpec),
     Sequence(Vec<Arc<StepNode>>),
     Schedule(schedule::ScheduleSpec),
+    AcpAgent(Box<acp_agent::AcpAgentSpec>),
 }
 
 impl StepNode {
@@ -202,6 +205,7 @@ impl StepNode {
             StepBody::Loop(_) => StepKind::Loop,
             StepBody::Sequence(_) => StepKind::Sequence,
             StepBody::Schedule(_) => StepKind::Schedule,
+            StepBody::AcpAgent(_) => StepKind::AcpAgent,
         }
     }
 
@@ -250,6 +254,7 @@ impl StepNode {
                 problem: "schedule max_runs is 0",
             }),
             StepBody::Schedule(spec) => spec.step.validate(),
+            StepBody::AcpAgent(spec) => spec.validate(&self.id),
             _ => Ok(()),
         }
     }

@@ -1,0 +1,862 @@
+//! `acp_agent`: one prompt turn of a coding agent driven over the Agent Client Protocol.
+//!
+//! The step resolves its agent, prompt and cwd, appends the prompt to the log as a user message and
+//! hands the turn to the runtime's [`AcpRuntime`] with itself as the [`AcpHost`]: what the agent
+//! streams becomes text and reasoning deltas (the same `Sdk` events a model call emits), tool calls
+//! `tool_call_started` / `tool_call_completed`, every update an `acp_update` event; permission
+//! requests go through the step's rules, then the harness's approvals, then its default. When the
+//! turn ends, the agent's messages and its tool calls (with their outputs, for those that ended) are
+//! appended to the log, its usage charged when it reported some (unknown otherwise, never 0), and
+//! the stop reason decides the result. The turn holds a paid-call record (kind `agent_turn`) like a
+//! model round, so a drain waits for it and reports it.
+
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Map, Value};
+
+use super::call_model::until_cancelled;
+use super::{Step, StepBody, StepNode};
+use crate::acp::{
+    AcpActivity, AcpAgentCommand, AcpAgentConfig, AcpAgentRef, AcpClientCapabilities, AcpHost,
+    AcpPermissionRequest, AcpPermissions, AcpSessionOptions, AcpToolCall, AcpTurn, AcpTurnEnd,
+    AcpUpdate, KeepAlive, PermissionAnswer, PermissionDefault, PermissionRule,
+};
+use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::context::{Context, StepMeta};
+use crate::drain::CallKind;
+use crate::event::{FrameworkEvent, StreamEvent};
+use crate::item::{FunctionCallItem, Item};
+use crate::model::{ReasoningKind, ResponseEvent};
+use crate::sync::lock;
+use crate::usage::Spend;
+use crate::{Error, Result};
+
+/// The thread approvals of a run outside any session are asked on.
+const DEFAULT_THREAD: &str = "default";
+
+pub(crate) struct AcpAgentSpec {
+    pub(crate) config: AcpAgentConfig,
+}
+
+/// Builds an `acp_agent` step; see [`acp_agent`].
+#[must_use = "a builder does nothing until turned into a step"]
+pub struct AcpAgentBuilder<I, O> {
+    id: String,
+    config: AcpAgentConfig,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+/// A step that prompts a coding agent over ACP and returns its final text (or, with
+/// [`AcpAgentBuilder::output_schema`], the text parsed as JSON). Name the agent with
+/// [`AcpAgentBuilder::command`] or [`AcpAgentBuilder::agent`]; the prompt is
+/// [`AcpAgentBuilder::prompt`] or the step's input (a string). It runs on the harness's ACP runtime
+/// (`noetic_acp::AcpClient`, registered with `AgentHarnessBuilder::acp_runtime`). See
+/// `docs/acp.md`.
+///
+/// # Examples
+/// ```
+/// use noetic_core::acp::{AcpAgentCommand, PermissionRule};
+/// use noetic_core::acp_agent;
+/// let step = acp_agent::<String, String>("code")
+///     .command(AcpAgentCommand::new("my-agent", ["--acp"]))
+///     .allow(PermissionRule::kind("read"))
+///     .build();
+/// assert_eq!(step.id(), "code");
+/// ```
+pub fn acp_agent<I, O>(id: impl Into<String>) -> AcpAgentBuilder<I, O> {
+    AcpAgentBuilder {
+        id: id.into(),
+        config: AcpAgentConfig::new(AcpAgentRef::Named(String::new())),
+        _types: PhantomData,
+    }
+}
+
+impl<I, O> AcpAgentBuilder<I, O> {
+    /// The whole configuration at once (what a JSON node holds).
+    pub fn config(mut self, config: AcpAgentConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Starts the agent with `command`.
+    pub fn command(mut self, command: AcpAgentCommand) -> Self {
+        self.config.agent = AcpAgentRef::Command(command);
+        self
+    }
+
+    /// The agent registered on the harness under `name` (`AgentHarnessBuilder::acp_agent`).
+    pub fn agent(mut self, name: impl Into<String>) -> Self {
+        self.config.agent = AcpAgentRef::Named(name.into());
+        self
+    }
+
+    /// The prompt's text (default: the step's input, which must then be a string).
+    pub fn prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.config.prompt = Some(prompt.into());
+        self
+    }
+
+    /// An ACP content block sent after the text (an image, a resource link).
+    pub fn content(mut self, block: Value) -> Self {
+        self.config.content.push(block);
+        self
+    }
+
+    /// The session's working directory: absolute, inside the fs adapter's root (default: the root).
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.config.cwd = Some(cwd.into());
+        self
+    }
+
+    /// An MCP server handed to the agent, in ACP's form (`{"name", "command", "args", "env"}` or
+    /// `{"type": "http", "name", "url", "headers"}`).
+    pub fn mcp_server(mut self, server: Value) -> Self {
+        self.config.mcp_servers.push(server);
+        self
+    }
+
+    /// The whole permission policy.
+    pub fn permissions(mut self, permissions: AcpPermissions) -> Self {
+        self.config.permissions = permissions;
+        self
+    }
+
+    /// Allows requests matching `rule` (unless a deny rule matches).
+    pub fn allow(mut self, rule: PermissionRule) -> Self {
+        self.config.permissions.allow.push(rule);
+        self
+    }
+
+    /// Rejects requests matching `rule`.
+    pub fn deny(mut self, rule: PermissionRule) -> Self {
+        self.config.permissions.deny.push(rule);
+        self
+    }
+
+    /// Asks a person (an approval) when no rule decides.
+    pub fn ask(mut self) -> Self {
+        self.config.permissions.ask = true;
+        self
+    }
+
+    /// What the agent may ask of the client (default: read and write files, no terminal).
+    pub fn client_capabilities(mut self, capabilities: AcpClientCapabilities) -> Self {
+        self.config.client_capabilities = capabilities;
+        self
+    }
+
+    /// Keeps the agent's session alive across steps under `key`: a later step with the same key
+    /// prompts the same session.
+    pub fn reuse(mut self, key: impl Into<String>) -> Self {
+        self.config.session = AcpSessionOptions {
+            keep_alive: KeepAlive::Harness,
+            reuse: Some(key.into()),
+        };
+        self
+    }
+
+    /// Fails the turn with `ACP_TIMEOUT` after `idle` without a message from the agent.
+    pub fn idle_timeout(mut self, idle: std::time::Duration) -> Self {
+        self.config.timeouts.idle = Some(idle);
+        self
+    }
+
+    /// How long a cancelled turn waits for the agent before its process group is killed (default
+    /// 5 s).
+    pub fn cancel_grace(mut self, grace: std::time::Duration) -> Self {
+        self.config.timeouts.cancel_grace = grace;
+        self
+    }
+
+    /// The final text must parse as JSON (valid for `schema`); the step returns the value.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.config.output = Some(schema);
+        self
+    }
+
+    /// Skips (and logs) non-JSON lines on the agent's stdout instead of failing the turn.
+    pub fn lenient(mut self) -> Self {
+        self.config.lenient = true;
+        self
+    }
+
+    /// The finished step.
+    pub fn build(self) -> Step<I, O> {
+        Step::from_node(StepNode {
+            id: self.id,
+            body: StepBody::AcpAgent(Box::new(AcpAgentSpec {
+                config: self.config,
+            })),
+        })
+    }
+}
+
+impl<I, O> From<AcpAgentBuilder<I, O>> for Step<I, O> {
+    fn from(builder: AcpAgentBuilder<I, O>) -> Self {
+        builder.build()
+    }
+}
+
+/// An `ACP_CONFIG_INVALID` error naming the step and what is wrong.
+fn invalid(step_id: &str, message: impl std::fmt::Display) -> Error {
+    Error::Adapter {
+        code: "ACP_CONFIG_INVALID",
+        source: format!("acp_agent `{step_id}`: {message}").into(),
+    }
+}
+
+impl AcpAgentSpec {
+    /// What can be checked before anything runs.
+    pub(crate) fn validate(&self, step_id: &str) -> Result<()> {
+        match &self.config.agent {
+            AcpAgentRef::Named(name) if name.trim().is_empty() => {
+                return Err(invalid(step_id, "no agent (`.command(..)` or `.agent(name)`)"));
+            }
+            AcpAgentRef::Command(command) if command.command.trim().is_empty() => {
+                return Err(invalid(step_id, "the agent's command is blank"));
+            }
+            _ => {}
+        }
+        if let Some(cwd) = &self.config.cwd
+            && !cwd.is_absolute()
+        {
+            return Err(invalid(
+                step_id,
+                format_args!("cwd `{}` is not absolute", cwd.display()),
+            ));
+        }
+        let session = &self.config.session;
+        if session.keep_alive == KeepAlive::Harness
+            && session.reuse.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(invalid(
+                step_id,
+                "session.keep_alive `harness` needs a `reuse` key",
+            ));
+        }
+        if session.reuse.is_some() && session.keep_alive == KeepAlive::Step {
+            return Err(invalid(
+                step_id,
+                "session.reuse needs keep_alive `harness` (a step-long session cannot be reused)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn execute(
+    step_id: &str,
+    spec: &AcpAgentSpec,
+    input: Value,
+    ctx: &Context,
+) -> Result<Value> {
+    let config = &spec.config;
+    let runtime = ctx.runtime().clone();
+    let Some(acp) = runtime.acp_runtime() else {
+        return Err(Error::Adapter {
+            code: "ACP_RUNTIME_MISSING",
+            source: format!(
+                "acp_agent `{step_id}`: this harness has no ACP runtime (AgentHarnessBuilder::acp_runtime(noetic_acp::AcpClient::new()))"
+            )
+            .into(),
+        });
+    };
+    spec.validate(step_id)?;
+    let (agent_name, command): (String, AcpAgentCommand) = match &config.agent {
+        AcpAgentRef::Named(name) => match runtime.acp_agent(name) {
+            Some(command) => (name.clone(), command.clone()),
+            None => {
+                let known: Vec<&str> = runtime.acp_agent_names().collect();
+                return Err(invalid(
+                    step_id,
+                    format_args!(
+                        "agent `{name}` is not registered (registered: {})",
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+        },
+        AcpAgentRef::Command(command) => (
+            std::path::Path::new(&command.command)
+                .file_name()
+                .and_then(|name| name.to_str())
+                .unwrap_or(&command.command)
+                .to_owned(),
+            command.clone(),
+        ),
+    };
+    let prompt = match (&config.prompt, &input) {
+        (Some(prompt), _) if !prompt.is_empty() => prompt.clone(),
+        (_, Value::String(text)) if !text.is_empty() => text.clone(),
+        _ if !config.content.is_empty() => String::new(),
+        _ => {
+            return Err(invalid(
+                step_id,
+                "no prompt: set `.prompt(..)` or give the step a string input",
+            ));
+        }
+    };
+    let fs_root = runtime.fs().host_root().map(std::path::Path::to_path_buf);
+    let cwd = match (&config.cwd, &fs_root) {
+        (Some(cwd), Some(root)) => {
+            if crate::acp::confine(root, cwd).is_none() {
+                return Err(invalid(
+                    step_id,
+                    format_args!(
+                        "cwd `{}` is outside the fs root `{}`",
+                        cwd.display(),
+                        root.display()
+                    ),
+                ));
+            }
+            cwd.clone()
+        }
+        (Some(cwd), None) => cwd.clone(),
+        (None, Some(root)) => root.clone(),
+        (None, None) => {
+            return Err(invalid(
+                step_id,
+                "no cwd: the fs adapter has no directory on the host (use LocalFs) and the step sets no `cwd`",
+            ));
+        }
+    };
+
+    ctx.hold_if_draining().await?;
+    if !prompt.is_empty() {
+        ctx.append_item(Item::user_text(prompt.clone()));
+    }
+    let guard = ctx
+        .dispatch_call_of(CallKind::AgentTurn, &format!("acp:{agent_name}"), 0)
+        .await?;
+    ctx.emit(FrameworkEvent::AcpTurnStarted {
+        step_id: step_id.to_owned(),
+        agent: agent_name.clone(),
+    });
+    let host = Host {
+        ctx,
+        step_id,
+        agent: &agent_name,
+        permissions: &config.permissions,
+        turn: Mutex::new(TurnState::default()),
+    };
+    let turn = AcpTurn {
+        step_id,
+        config,
+        agent_name: &agent_name,
+        command: &command,
+        prompt,
+        cwd,
+        fs_root,
+        fs: runtime.fs().clone(),
+        shell: runtime.shell().clone(),
+        cancel: ctx.cancellation_token().clone(),
+        host: &host,
+    };
+    let ended = acp.run_turn(turn).await;
+    let state = std::mem::take(&mut *lock(&host.turn));
+    match ended {
+        Ok(end) => {
+            let usage = end.usage;
+            let cost = end.cost_usd;
+            let spend = Spend {
+                usage: usage.unwrap_or_default(),
+                cost,
+            };
+            ctx.charge(spend);
+            guard.priced(usage, cost).await;
+            finish(step_id, config, ctx, state, end)
+        }
+        Err(error) => {
+            // The agent may have worked and paid: the record closes unpriced (usage unknown).
+            guard.refused().await;
+            ctx.emit(FrameworkEvent::AcpTurnFinished {
+                step_id: step_id.to_owned(),
+                stop_reason: None,
+                error: Some(error.code().to_owned()),
+            });
+            Err(error)
+        }
+    }
+}
+
+/// The turn answered: items appended, meta set, the stop reason mapped to the result.
+fn finish(
+    step_id: &str,
+    config: &AcpAgentConfig,
+    ctx: &Context,
+    state: TurnState,
+    end: AcpTurnEnd,
+) -> Result<Value> {
+    let stop = end.stop_reason.as_str();
+    ctx.emit(FrameworkEvent::AcpTurnFinished {
+        step_id: step_id.to_owned(),
+        stop_reason: Some(end.stop_reason.clone()),
+        error: None,
+    });
+    if stop == "cancelled" {
+        return Err(Error::cancelled(
+            ctx.abort_reason()
+                .or_else(|| Some("the agent reported its turn cancelled".to_owned())),
+        ));
+    }
+    let text = state.final_text();
+    if stop == "refusal" {
+        return Err(Error::Adapter {
+            code: "ACP_REFUSED",
+            source: format!(
+                "acp_agent `{step_id}`: the agent refused{}",
+                if text.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {text}")
+                }
+            )
+            .into(),
+        });
+    }
+    let items = state.items();
+    for item in &items {
+        ctx.append_item(item.clone());
+    }
+    let tool_calls = items
+        .iter()
+        .filter_map(|item| item.as_function_call().cloned())
+        .collect();
+    ctx.set_last_step_meta(StepMeta {
+        tool_calls,
+        ended_with_tool_calls: false,
+        usage: end.usage.unwrap_or_default(),
+        cost: end.cost_usd,
+        response_items: items,
+        last_layer_usage: Vec::new(),
+    });
+    match &config.output {
+        None => Ok(Value::String(text)),
+        Some(schema) => parse_output(step_id, schema, &text),
+    }
+}
+
+/// The final text as JSON valid for `schema` (a fenced code block's content is read too).
+fn parse_output(step_id: &str, schema: &Value, text: &str) -> Result<Value> {
+    let trimmed = text.trim();
+    let body = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"))
+        .unwrap_or(trimmed);
+    let fail = |message: String| Error::ModelParseError {
+        step_id: step_id.to_owned(),
+        raw: text.to_owned(),
+        message,
+    };
+    let value: Value = serde_json::from_str(body.trim()).map_err(|error| fail(error.to_string()))?;
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|error| fail(format!("the output schema is invalid: {error}")))?;
+    if let Some(error) = validator.iter_errors(&value).next() {
+        return Err(fail(error.to_string()));
+    }
+    Ok(value)
+}
+
+/// What the turn has streamed so far.
+#[derive(Default)]
+struct TurnState {
+    /// In the order they began: messages and tool calls (by index into `messages` / `calls`).
+    order: Vec<Entry>,
+    messages: Vec<(Option<String>, String)>,
+    calls: Vec<AcpToolCall>,
+    /// The output index of the open message, for its deltas.
+    open_message: Option<(usize, u32)>,
+    next_output_index: u32,
+    /// The reasoning block being streamed (output index).
+    thought: Option<u32>,
+}
+
+#[derive(Clone, Copy)]
+enum Entry {
+    Message(usize),
+    Call(usize),
+}
+
+impl TurnState {
+    /// The agent's messages' text, concatenated in order.
+    fn final_text(&self) -> String {
+        self.messages.iter().map(|(_, text)| text.as_str()).collect()
+    }
+
+    /// The items of the turn: one assistant message per ACP message, a function call per tool call
+    /// and an output for each call that ended (`completed` or `failed`).
+    fn items(&self) -> Vec<Item> {
+        let mut items = Vec::new();
+        for entry in &self.order {
+            match *entry {
+                Entry::Message(index) => {
+                    let text = &self.messages[index].1;
+                    if !text.is_empty() {
+                        items.push(Item::assistant_text(text.clone()));
+                    }
+                }
+                Entry::Call(index) => {
+                    let call = &self.calls[index];
+                    let name = crate::tool::wire_name(&format!(
+                        "acp_{}",
+                        call.kind.as_deref().unwrap_or("other")
+                    ));
+                    let arguments = call
+                        .raw_input
+                        .as_ref()
+                        .map_or_else(|| "{}".to_owned(), Value::to_string);
+                    let status = call.status.as_deref();
+                    let mut extra = Map::new();
+                    extra.insert(
+                        "status".to_owned(),
+                        Value::from(if matches!(status, Some("completed" | "failed")) {
+                            "completed"
+                        } else {
+                            "incomplete"
+                        }),
+                    );
+                    items.push(Item::FunctionCall(FunctionCallItem {
+                        id: None,
+                        call_id: call.id.clone(),
+                        name,
+                        arguments,
+                        extra,
+                    }));
+                    match status {
+                        Some("completed") => {
+                            items.push(Item::function_call_output(&call.id, render(call)));
+                        }
+                        Some("failed") => {
+                            items.push(Item::function_call_error(&call.id, render(call)));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        items
+    }
+}
+
+/// A tool call's output as text: its content blocks (text, `[diff <path>]` and the new text,
+/// `[terminal <id>]`), else its raw output as JSON.
+fn render(call: &AcpToolCall) -> String {
+    let mut parts = Vec::new();
+    for block in call.content.iter().flatten() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("content") => {
+                let content = block.get("content");
+                match content.and_then(|content| content.get("text")).and_then(Value::as_str) {
+                    Some(text) => parts.push(text.to_owned()),
+                    None => parts.push(content.map(Value::to_string).unwrap_or_default()),
+                }
+            }
+            Some("diff") => {
+                let path = block.get("path").and_then(Value::as_str).unwrap_or("?");
+                let new = block.get("newText").and_then(Value::as_str).unwrap_or("");
+                parts.push(format!("[diff {path}]\n{new}"));
+            }
+            Some("terminal") => {
+                let id = block
+                    .get("terminalId")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
+                parts.push(format!("[terminal {id}]"));
+            }
+            _ => parts.push(block.to_string()),
+        }
+    }
+    if parts.is_empty()
+        && let Some(output) = &call.raw_output
+    {
+        return output.to_string();
+    }
+    parts.join("\n")
+}
+
+/// Merges a `tool_call_update` into the call: only the fields it sets change (content replaced).
+fn merge(call: &mut AcpToolCall, update: AcpToolCall) {
+    let AcpToolCall {
+        id: _,
+        title,
+        kind,
+        status,
+        raw_input,
+        raw_output,
+        content,
+    } = update;
+    call.title = title.or(call.title.take());
+    call.kind = kind.or(call.kind.take());
+    call.status = status.or(call.status.take());
+    call.raw_input = raw_input.or(call.raw_input.take());
+    call.raw_output = raw_output.or(call.raw_output.take());
+    call.content = content.or(call.content.take());
+}
+
+fn ended(status: Option<&str>) -> bool {
+    matches!(status, Some("completed" | "failed"))
+}
+
+/// The step as the runtime's [`AcpHost`].
+struct Host<'a> {
+    ctx: &'a Context,
+    step_id: &'a str,
+    agent: &'a str,
+    permissions: &'a AcpPermissions,
+    turn: Mutex<TurnState>,
+}
+
+impl Host<'_> {
+    fn sdk(&self, event: ResponseEvent) {
+        self.ctx.emit_stream(StreamEvent::Sdk(event));
+    }
+
+    /// A call reported (first or update): started and completed events as its status moves.
+    fn call(&self, update: AcpToolCall) {
+        let mut turn = lock(&self.turn);
+        let known = turn.calls.iter().position(|call| call.id == update.id);
+        let (index, was_ended, announce) = match known {
+            Some(index) => {
+                let was = ended(turn.calls[index].status.as_deref());
+                merge(&mut turn.calls[index], update);
+                (index, was, false)
+            }
+            None => {
+                // An update for a call never announced is tracked all the same.
+                turn.calls.push(update);
+                let index = turn.calls.len() - 1;
+                turn.order.push(Entry::Call(index));
+                turn.open_message = None;
+                turn.thought = None;
+                (index, false, true)
+            }
+        };
+        let call = turn.calls[index].clone();
+        drop(turn);
+        let name = call.title.clone().unwrap_or_else(|| call.id.clone());
+        if announce {
+            self.ctx.emit(FrameworkEvent::ToolCallStarted {
+                name: name.clone(),
+                call_id: call.id.clone(),
+            });
+        }
+        if !was_ended && ended(call.status.as_deref()) {
+            self.ctx.emit(FrameworkEvent::ToolCallCompleted {
+                name,
+                call_id: call.id.clone(),
+                error: call.status.as_deref() == Some("failed"),
+                output: render(&call),
+            });
+        }
+    }
+
+    /// The rules' verdict: `Some(allowed)` when one decides.
+    fn rules(&self, request: &AcpPermissionRequest) -> Option<bool> {
+        let kind = request.tool_call.kind.as_deref();
+        let title = request.tool_call.title.as_deref();
+        if self
+            .permissions
+            .deny
+            .iter()
+            .any(|rule| rule.matches(kind, title))
+        {
+            return Some(false);
+        }
+        if self
+            .permissions
+            .allow
+            .iter()
+            .any(|rule| rule.matches(kind, title))
+        {
+            return Some(true);
+        }
+        None
+    }
+
+    /// Asks a person; `None` when the turn is cancelled first.
+    async fn ask(&self, request: &AcpPermissionRequest) -> Option<(bool, bool)> {
+        let ctx = self.ctx;
+        let thread = ctx.thread_id().unwrap_or(DEFAULT_THREAD).to_owned();
+        let kind = request.tool_call.kind.as_deref().unwrap_or("other");
+        let tool = format!("acp:{}:{kind}", self.agent);
+        let approvals = ctx.runtime().approvals().clone();
+        if approvals.always_approved(&thread, &tool) {
+            return Some((true, true));
+        }
+        let approval_id = format!(
+            "acp:{}:{}:{}",
+            request.session_id, request.tool_call.id, request.request_id
+        );
+        let arguments = serde_json::json!({
+            "title": request.tool_call.title,
+            "kind": request.tool_call.kind,
+            "rawInput": request.tool_call.raw_input,
+            "options": request.options.iter().map(|option| serde_json::json!({
+                "optionId": option.option_id, "name": option.name, "kind": option.kind,
+            })).collect::<Vec<_>>(),
+        });
+        crate::telemetry::approval_requested(ctx.runtime().name(), &tool);
+        let approval = ApprovalRequest {
+            approval_id: approval_id.clone(),
+            thread_id: thread.clone(),
+            call_id: request.tool_call.id.clone(),
+            tool: tool.clone(),
+            arguments: arguments.clone(),
+        };
+        // Never kept in the durable store: the connection that asked dies with this process, so a
+        // decision taken after a restart has nobody to answer (`approve` then fails with
+        // APPROVAL_NOT_FOUND, and the resumed turn runs the agent again, which asks again).
+        let mut waiting = approvals.ask(approval);
+        ctx.emit(FrameworkEvent::ApprovalRequested {
+            approval_id: approval_id.clone(),
+            call_id: request.tool_call.id.clone(),
+            tool: tool.clone(),
+            arguments,
+        });
+        let decision = until_cancelled(ctx, waiting.decision()).await??;
+        let always = approvals.always_approved(&thread, &tool);
+        let (approved, reason) = match decision {
+            ApprovalDecision::Approved => (true, None),
+            ApprovalDecision::Rejected { reason } => (false, Some(reason)),
+        };
+        ctx.emit(FrameworkEvent::ApprovalDecided {
+            approval_id,
+            call_id: request.tool_call.id.clone(),
+            approved,
+            reason,
+        });
+        Some((approved, always))
+    }
+}
+
+/// The option for a decision: the preferred kind, else the other of the same polarity.
+fn choose(request: &AcpPermissionRequest, allow: bool, always: bool) -> PermissionAnswer {
+    let (once, forever) = if allow {
+        ("allow_once", "allow_always")
+    } else {
+        ("reject_once", "reject_always")
+    };
+    let preference = if always {
+        [forever, once]
+    } else {
+        [once, forever]
+    };
+    preference
+        .iter()
+        .find_map(|kind| {
+            request
+                .options
+                .iter()
+                .find(|option| option.kind == *kind)
+                .map(|option| PermissionAnswer::Selected(option.option_id.clone()))
+        })
+        .unwrap_or(PermissionAnswer::NoMatchingOption { allowed: allow })
+}
+
+impl AcpHost for Host<'_> {
+    fn update(&self, raw: Value, update: AcpUpdate) {
+        let ctx = self.ctx;
+        if ctx.has_event_sink() {
+            ctx.emit(FrameworkEvent::AcpUpdate {
+                step_id: self.step_id.to_owned(),
+                update: raw,
+            });
+        }
+        match update {
+            AcpUpdate::Message { message_id, text } => {
+                let mut turn = lock(&self.turn);
+                let continues = turn.open_message.is_some_and(|(index, _)| {
+                    message_id.is_none() || turn.messages[index].0 == message_id
+                });
+                if !continues {
+                    let output_index = turn.next_output_index;
+                    turn.next_output_index += 1;
+                    turn.messages.push((message_id, String::new()));
+                    let index = turn.messages.len() - 1;
+                    turn.order.push(Entry::Message(index));
+                    turn.open_message = Some((index, output_index));
+                }
+                let Some((index, output_index)) = turn.open_message else {
+                    return;
+                };
+                turn.messages[index].1.push_str(&text);
+                turn.thought = None;
+                drop(turn);
+                self.sdk(ResponseEvent::OutputTextDelta {
+                    output_index,
+                    content_index: 0,
+                    delta: text,
+                });
+            }
+            AcpUpdate::Thought { text } => {
+                let mut turn = lock(&self.turn);
+                let output_index = match turn.thought {
+                    Some(index) => index,
+                    None => {
+                        let index = turn.next_output_index;
+                        turn.next_output_index += 1;
+                        turn.thought = Some(index);
+                        index
+                    }
+                };
+                drop(turn);
+                self.sdk(ResponseEvent::ReasoningDelta {
+                    kind: ReasoningKind::Text,
+                    output_index,
+                    part_index: 0,
+                    delta: text,
+                });
+            }
+            AcpUpdate::ToolCall(call) | AcpUpdate::ToolCallUpdate(call) => self.call(call),
+            AcpUpdate::Usage { .. } | AcpUpdate::Other => {}
+        }
+    }
+
+    fn permission(&self, request: AcpPermissionRequest) -> BoxFuture<'_, PermissionAnswer> {
+        Box::pin(async move {
+            if self.ctx.aborted() {
+                return PermissionAnswer::Cancelled;
+            }
+            if let Some(allowed) = self.rules(&request) {
+                return choose(&request, allowed, self.permissions.persist);
+            }
+            if self.permissions.ask {
+                return match self.ask(&request).await {
+                    Some((allowed, always)) => {
+                        choose(&request, allowed, always || self.permissions.persist)
+                    }
+                    None => PermissionAnswer::Cancelled,
+                };
+            }
+            choose(
+                &request,
+                self.permissions.default == PermissionDefault::Allow,
+                self.permissions.persist,
+            )
+        })
+    }
+
+    fn activity(&self, activity: AcpActivity) {
+        let AcpActivity {
+            method,
+            target,
+            served,
+            detail,
+        } = activity;
+        self.ctx.emit(FrameworkEvent::AcpClientActivity {
+            step_id: self.step_id.to_owned(),
+            method,
+            target,
+            served,
+            detail,
+        });
+    }
+}
