@@ -103,7 +103,9 @@ impl PermissionRule {
 
     /// Whether the rule matches a request of `kind` titled `title`.
     pub fn matches(&self, kind: Option<&str>, title: Option<&str>) -> bool {
-        self.kind.as_deref().is_none_or(|wanted| kind == Some(wanted))
+        self.kind
+            .as_deref()
+            .is_none_or(|wanted| kind == Some(wanted))
             && self
                 .title
                 .as_deref()
@@ -208,7 +210,11 @@ pub struct AcpSessionOptions {
 #[non_exhaustive]
 pub struct AcpTimeouts {
     /// For the handshake (`initialize` and `session/new`); default 30 s.
-    #[serde(rename = "initializeMs", default = "default_initialize", with = "millis")]
+    #[serde(
+        rename = "initializeMs",
+        default = "default_initialize",
+        with = "millis"
+    )]
     pub initialize: Duration,
     /// The longest silence from the agent during a turn before it fails with `ACP_TIMEOUT`; default
     /// none. A turn waiting for a person's approval is not silent.
@@ -221,7 +227,11 @@ pub struct AcpTimeouts {
     pub idle: Option<Duration>,
     /// How long a cancelled turn waits for the agent's `cancelled` before its process group is
     /// killed; default 5 s.
-    #[serde(rename = "cancelGraceMs", default = "default_cancel_grace", with = "millis")]
+    #[serde(
+        rename = "cancelGraceMs",
+        default = "default_cancel_grace",
+        with = "millis"
+    )]
     pub cancel_grace: Duration,
 }
 
@@ -446,6 +456,23 @@ pub struct AcpPermissionRequest {
     pub tool_call: AcpToolCall,
     /// What the agent offers.
     pub options: Vec<AcpPermissionOption>,
+}
+
+impl AcpPermissionRequest {
+    /// A request.
+    pub fn new(
+        session_id: impl Into<String>,
+        request_id: impl Into<String>,
+        tool_call: AcpToolCall,
+        options: Vec<AcpPermissionOption>,
+    ) -> Self {
+        AcpPermissionRequest {
+            session_id: session_id.into(),
+            request_id: request_id.into(),
+            tool_call,
+            options,
+        }
+    }
 }
 
 /// The host's answer to a permission request.

@@ -27,6 +27,10 @@ pub const CODES: &[(&str, &str)] = &[
         "An `acp_agent` step's configuration cannot run: no prompt, an unknown agent name, a cwd outside the fs root, reuse without keep-alive; the message names the field.",
     ),
     (
+        "ACP_REFUSED",
+        "An ACP agent ended its turn with the stop reason `refusal`; the message carries what it said.",
+    ),
+    (
         "NO_STEP_CONFIGURED",
         "`execute()` was called on a harness built without an agent graph.",
     ),
@@ -773,6 +777,7 @@ mod tests {
             "SUBPROCESS_MANIFEST_CORRUPT",
             "ACP_RUNTIME_MISSING",
             "ACP_CONFIG_INVALID",
+            "ACP_REFUSED",
         ];
         for code in adapter_codes {
             assert!(CODES.iter().any(|(listed, _)| *listed == code), "{code}");

@@ -83,12 +83,12 @@ pub use session::{
     StoredThread, TurnOutcome,
 };
 pub use step::{
-    AcpAgentBuilder, Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS, InvokeToolBuilder,
-    LoopBuilder, LoopStart, MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder, RetryPolicy,
-    RunCodeBuilder, STOP_GRACE, ScheduleBuilder, ScheduleOnError, SequenceBuilder, SequenceStart,
-    Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, StepRegistry, acp_agent, call_model,
-    conditional, in_parallel, invoke_tool, loop_step, run_code, schedule, sequence, spawn,
-    with_context,
+    AcpAgentBuilder, Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS,
+    InvokeToolBuilder, LoopBuilder, LoopStart, MAX_RECOVERIES, MAX_TOOL_ROUNDS, ParallelBuilder,
+    RetryPolicy, RunCodeBuilder, STOP_GRACE, ScheduleBuilder, ScheduleOnError, SequenceBuilder,
+    SequenceStart, Settled, SpawnBuilder, SteerMode, Step, StepKind, StepRef, StepRegistry,
+    acp_agent, call_model, conditional, in_parallel, invoke_tool, loop_step, run_code, schedule,
+    sequence, spawn, with_context,
 };
 pub use telemetry::create_span;
 pub use tool::{Tool, ToolContext, ToolError, ToolSource, schema_for, wire_name};

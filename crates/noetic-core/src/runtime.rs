@@ -16,11 +16,11 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use crate::acp::{AcpAgentCommand, AcpRuntime};
 use crate::adapter::{
     DurableStore, FsAdapter, InMemoryFs, InMemoryStorage, InProcess, NoShell, ShellAdapter,
     StorageAdapter, SubprocessAdapter,
 };
-use crate::acp::{AcpAgentCommand, AcpRuntime};
 use crate::approval::Approvals;
 use crate::checkpoint::{DeferredDeletes, Durability, LedgerRetention};
 use crate::connection::Connection;

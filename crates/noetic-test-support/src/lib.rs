@@ -20,6 +20,7 @@
 //!   the one at `NOETIC_TEST_PG_URL`) and a fresh database on it per test, for PostgreSQL adapters.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
+pub mod acp;
 pub mod conformance;
 mod durable;
 mod events;

@@ -142,7 +142,8 @@ impl Context {
     /// # Errors
     /// [`Error::Cancelled`] when the context is (or, under a drain, gets) cancelled.
     pub(crate) async fn dispatch_call(&self, model: &str, round: u32) -> Result<CallGuard> {
-        self.dispatch_call_of(CallKind::ModelRound, model, round).await
+        self.dispatch_call_of(CallKind::ModelRound, model, round)
+            .await
     }
 
     /// [`Context::dispatch_call`] for a call of `kind`.

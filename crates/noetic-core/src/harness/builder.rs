@@ -176,7 +176,11 @@ impl AgentHarnessBuilder {
 
     /// Registers an ACP agent under `name` for `acp_agent` steps and workflow nodes that name it;
     /// see [`crate::RuntimeBuilder::acp_agent`].
-    pub fn acp_agent(mut self, name: impl Into<String>, command: crate::acp::AcpAgentCommand) -> Self {
+    pub fn acp_agent(
+        mut self,
+        name: impl Into<String>,
+        command: crate::acp::AcpAgentCommand,
+    ) -> Self {
         self.runtime = self.runtime.acp_agent(name, command);
         self
     }

@@ -213,7 +213,10 @@ impl AcpAgentSpec {
     pub(crate) fn validate(&self, step_id: &str) -> Result<()> {
         match &self.config.agent {
             AcpAgentRef::Named(name) if name.trim().is_empty() => {
-                return Err(invalid(step_id, "no agent (`.command(..)` or `.agent(name)`)"));
+                return Err(invalid(
+                    step_id,
+                    "no agent (`.command(..)` or `.agent(name)`)",
+                ));
             }
             AcpAgentRef::Command(command) if command.command.trim().is_empty() => {
                 return Err(invalid(step_id, "the agent's command is blank"));
@@ -376,6 +379,10 @@ pub(crate) async fn execute(
         Err(error) => {
             // The agent may have worked and paid: the record closes unpriced (usage unknown).
             guard.refused().await;
+            let error = match error {
+                Error::Cancelled { reason: None } => Error::cancelled(ctx.abort_reason()),
+                other => other,
+            };
             ctx.emit(FrameworkEvent::AcpTurnFinished {
                 step_id: step_id.to_owned(),
                 stop_reason: None,
@@ -401,10 +408,9 @@ fn finish(
         error: None,
     });
     if stop == "cancelled" {
-        return Err(Error::cancelled(
-            ctx.abort_reason()
-                .or_else(|| Some("the agent reported its turn cancelled".to_owned())),
-        ));
+        return Err(Error::cancelled(ctx.abort_reason().or_else(|| {
+            Some("the agent reported its turn cancelled".to_owned())
+        })));
     }
     let text = state.final_text();
     if stop == "refusal" {
@@ -456,7 +462,8 @@ fn parse_output(step_id: &str, schema: &Value, text: &str) -> Result<Value> {
         raw: text.to_owned(),
         message,
     };
-    let value: Value = serde_json::from_str(body.trim()).map_err(|error| fail(error.to_string()))?;
+    let value: Value =
+        serde_json::from_str(body.trim()).map_err(|error| fail(error.to_string()))?;
     let validator = jsonschema::validator_for(schema)
         .map_err(|error| fail(format!("the output schema is invalid: {error}")))?;
     if let Some(error) = validator.iter_errors(&value).next() {
@@ -488,7 +495,10 @@ enum Entry {
 impl TurnState {
     /// The agent's messages' text, concatenated in order.
     fn final_text(&self) -> String {
-        self.messages.iter().map(|(_, text)| text.as_str()).collect()
+        self.messages
+            .iter()
+            .map(|(_, text)| text.as_str())
+            .collect()
     }
 
     /// The items of the turn: one assistant message per ACP message, a function call per tool call
@@ -554,7 +564,10 @@ fn render(call: &AcpToolCall) -> String {
         match block.get("type").and_then(Value::as_str) {
             Some("content") => {
                 let content = block.get("content");
-                match content.and_then(|content| content.get("text")).and_then(Value::as_str) {
+                match content
+                    .and_then(|content| content.get("text"))
+                    .and_then(Value::as_str)
+                {
                     Some(text) => parts.push(text.to_owned()),
                     None => parts.push(content.map(Value::to_string).unwrap_or_default()),
                 }

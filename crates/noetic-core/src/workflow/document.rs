@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::parse;
 use crate::Result;
+use crate::acp::AcpAgentConfig;
 
 /// The only document version there is.
 pub const WORKFLOW_VERSION: u64 = 1;
@@ -102,6 +103,8 @@ pub enum WorkflowNode {
     Schedule(ScheduleNode),
     /// `subflow`: another workflow document, inline or registered by name.
     Subflow(SubflowNode),
+    /// `acp-agent`: one prompt turn of a coding agent driven over the Agent Client Protocol.
+    AcpAgent(AcpAgentNode),
 }
 
 /// `callModel`.
@@ -344,6 +347,21 @@ pub struct SubflowNode {
     pub input: Option<String>,
 }
 
+/// `acp-agent`: every field but `kind` and `id` is the step's [`AcpAgentConfig`], whose serde form
+/// is the node's (camelCase keys, `timeouts` in milliseconds). Parsing, and hydration for a node
+/// built in code, refuse what the step would refuse when it runs (a blank agent or command, a
+/// relative `cwd`, a `reuse` key without `keepAlive: "harness"` or the reverse) and an `output` that
+/// does not compile as a JSON Schema. Whether a named agent is registered is only known to the
+/// harness that runs the step: an unknown name fails the step with `ACP_CONFIG_INVALID`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcpAgentNode {
+    /// The step id.
+    pub id: String,
+    /// The step's configuration (`agent`, `prompt`, `content`, `cwd`, `mcpServers`, `permissions`,
+    /// `clientCapabilities`, `session`, `timeouts`, `output`, `lenient`).
+    pub config: AcpAgentConfig,
+}
+
 /// A loop's stop predicate (`$defs/UntilPredicate`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -443,10 +461,11 @@ impl WorkflowNode {
             WorkflowNode::Sequence(node) => &node.id,
             WorkflowNode::Schedule(node) => &node.id,
             WorkflowNode::Subflow(node) => &node.id,
+            WorkflowNode::AcpAgent(node) => &node.id,
         }
     }
 
-    /// The node's `kind` as written in JSON (`callModel`, `inParallel`, …).
+    /// The node's `kind` as written in JSON (`callModel`, `inParallel`, `acp-agent`, …).
     pub fn kind(&self) -> &'static str {
         match self {
             WorkflowNode::CallModel(_) => "callModel",
@@ -460,6 +479,7 @@ impl WorkflowNode {
             WorkflowNode::Sequence(_) => "sequence",
             WorkflowNode::Schedule(_) => "schedule",
             WorkflowNode::Subflow(_) => "subflow",
+            WorkflowNode::AcpAgent(_) => "acp-agent",
         }
     }
 }

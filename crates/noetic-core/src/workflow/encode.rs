@@ -132,6 +132,7 @@ impl WorkflowNode {
                 put("ref", node.reference.as_deref().map(Value::from));
                 put("input", node.input.as_deref().map(Value::from));
             }
+            WorkflowNode::AcpAgent(node) => super::acp::encode(&node.config, &mut map),
         }
         Value::Object(map)
     }

@@ -185,8 +185,19 @@ pub(crate) fn number(value: &Value, path: &str, min: Min) -> Result<f64> {
     }
 }
 
-/// An integer in `1..=2^53 − 1` (a float with no fraction counts, as in JSON Schema).
-pub(crate) fn positive_integer(value: &Value, path: &str) -> Result<u64> {
+/// `true` or `false`.
+pub(crate) fn boolean(value: &Value, path: &str) -> Result<bool> {
+    value.as_bool().ok_or_else(|| {
+        invalid(
+            path,
+            format!("expected a boolean, got {}", type_name(value)),
+        )
+    })
+}
+
+/// `value` as an integer in `0..=2^53 − 1`, when it is one (a float with no fraction counts, as in
+/// JSON Schema).
+fn safe_integer(value: &Value) -> Option<u64> {
     let integer = match value {
         Value::Number(number) => number.as_u64().or_else(|| {
             number
@@ -198,13 +209,24 @@ pub(crate) fn positive_integer(value: &Value, path: &str) -> Result<u64> {
         }),
         _ => None,
     };
-    match integer {
-        Some(integer) if (1..=MAX_SAFE_INTEGER).contains(&integer) => Ok(integer),
+    integer.filter(|integer| *integer <= MAX_SAFE_INTEGER)
+}
+
+/// An integer in `1..=2^53 − 1` (a float with no fraction counts, as in JSON Schema).
+pub(crate) fn positive_integer(value: &Value, path: &str) -> Result<u64> {
+    match safe_integer(value) {
+        Some(integer) if integer >= 1 => Ok(integer),
         _ => Err(invalid(
             path,
             format!("expected an integer ≥ 1, got {value}"),
         )),
     }
+}
+
+/// An integer in `0..=2^53 − 1` (a float with no fraction counts, as in JSON Schema).
+pub(crate) fn non_negative_integer(value: &Value, path: &str) -> Result<u64> {
+    safe_integer(value)
+        .ok_or_else(|| invalid(path, format!("expected an integer ≥ 0, got {value}")))
 }
 
 /// An array of at least `min_items` items, each read by `read` at its own pointer.

@@ -21,8 +21,8 @@ use crate::context::Context;
 use crate::layer::ContextLayer;
 use crate::model::ModelParams;
 use crate::step::{
-    Backoff, RetryPolicy, ScheduleOnError, Step, call_model, conditional, invoke_tool, loop_step,
-    run_code, schedule, sequence, spawn, with_context,
+    Backoff, RetryPolicy, ScheduleOnError, Step, acp_agent, call_model, conditional, invoke_tool,
+    loop_step, run_code, schedule, sequence, spawn, with_context,
 };
 use crate::tool::Tool;
 use crate::{Error, Result};
@@ -35,9 +35,10 @@ impl WorkflowDocument {
     ///
     /// # Errors
     /// [`Error::WorkflowInvalid`] with the JSON pointer of the first node or field that names something
-    /// unknown (tool, code step, layer, subflow document), needs a missing model (`MISSING_MODEL` in
-    /// the message) or uses a feature that is not supported (output codecs, subprocess adapters,
-    /// tool parameters, `converged` thresholds below 1).
+    /// unknown (tool, code step, layer, subflow document, subprocess adapter), needs a missing model
+    /// (`MISSING_MODEL` in the message), uses a feature that is not supported (output codecs, tool
+    /// parameters, `converged` thresholds below 1) or, for an `acp-agent` node built in code, holds
+    /// a configuration its step would refuse (see [`super::AcpAgentNode`]).
     ///
     /// # Examples
     /// ```
@@ -246,6 +247,13 @@ impl Hydrator {
                 erase(builder)
             }
             WorkflowNode::Subflow(node) => self.subflow(node, path, refs)?,
+            WorkflowNode::AcpAgent(node) => {
+                // Parsing checked a parsed node already; a node built in code is checked here.
+                // Whether a named agent is registered is left to the run: hydration does not see
+                // the harness's runtime, where agents are registered.
+                super::acp::check(&node.config, path)?;
+                erase(acp_agent::<Value, Value>(node.id.as_str()).config(node.config.clone()))
+            }
         })
     }
 

@@ -12,11 +12,11 @@
 //! - Unknown `version`, unknown `kind` (of a node or an until predicate) and unknown fields are errors
 //!   (the schema's `additionalProperties: false`), never ignored. A missing required field is reported
 //!   at the pointer of the object lacking it, the message naming the field.
-//! - `acp-agent` nodes are refused ("not supported").
 //! - A top-level `$schema` string is accepted and kept: the original's own examples carry one.
 //! - Beyond the schema: `inParallel` needs exactly one of `paths` and `each`, `over` only goes with
 //!   `each`, and `merge` does not go with `race`; `subflow` needs exactly one of `document` and `ref`;
-//!   step ids must not be blank.
+//!   step ids must not be blank; an `acp-agent` node is refused for what its step would refuse when
+//!   it runs (see below).
 //!
 //! # Node kinds and their semantics
 //! Values between steps are JSON. The *text* of a value is: a string as is, `null` as empty, an
@@ -31,8 +31,8 @@
 //!   sent with the requests without being stored.
 //! - `invokeTool` → [`crate::invoke_tool`] with `args` as preset arguments.
 //! - `runCode` → [`crate::run_code`] around the code step registered under `execute`; `retry`
-//!   (delays in ms) → [`crate::RetryPolicy`]; `subprocess` is refused ("subprocess adapters are not
-//!   available yet").
+//!   (delays in ms) → [`crate::RetryPolicy`]; `subprocess` names an adapter registered with
+//!   [`WorkflowRegistry::subprocess`] (an unknown name is an error).
 //! - `conditional` → [`crate::conditional`]: the first route whose `match` is a case-insensitive
 //!   substring of the input's text runs with the input; else `default`; else the input passes through.
 //! - `inParallel` → [`crate::in_parallel`] in mode `all`, `race` or `settle`, with `concurrency`.
@@ -56,9 +56,19 @@
 //!   (resolved and hydrated up front; reference cycles are errors), on the node's input or, when given,
 //!   on the fixed `input` string (a step `<id>/input` provides it). Errors inside a referenced
 //!   document are reported at the subflow's `/ref`, the message carrying the inner pointer.
+//! - `acp-agent` → [`crate::acp_agent`] with the node's [`crate::acp::AcpAgentConfig`] (every field
+//!   but `kind` and `id`, in the configuration's serde form: `agent` a registered agent's name or
+//!   `{command, args?, env?}`, `prompt`, `content`, `cwd`, `mcpServers`, `permissions`,
+//!   `clientCapabilities`, `session`, `timeouts` in ms, `output`, `lenient`). Parsing refuses a blank
+//!   agent or command, a relative `cwd`, `session.reuse` without `keepAlive: "harness"` and the
+//!   reverse, and an `output` that is not a valid JSON Schema. Whether a named agent is registered is
+//!   checked when the step runs (hydration does not see the harness's runtime): an unknown name
+//!   fails it with `ACP_CONFIG_INVALID`, listing the registered agents; a harness without an ACP
+//!   runtime fails it with `ACP_RUNTIME_MISSING`.
 //!
 //! Node ids are kept as written.
 
+mod acp;
 mod document;
 mod encode;
 mod fields;
@@ -69,11 +79,11 @@ mod predicates;
 mod registry;
 
 pub use document::{
-    BackoffKind, CallModelNode, ConditionalNode, ConnectionDecl, ConnectionKind, InParallelNode,
-    InvokeToolNode, LoopNode, McpDecl, MergeStrategy, ModelParamsNode, OutputCodecNode,
-    ParallelMode, RetryNode, Route, RunCodeNode, ScheduleErrorMode, ScheduleNode, SequenceNode,
-    SpawnNode, SubflowNode, ToolRef, UntilPredicate, WORKFLOW_VERSION, WithContextNode,
-    WorkflowDocument, WorkflowNode,
+    AcpAgentNode, BackoffKind, CallModelNode, ConditionalNode, ConnectionDecl, ConnectionKind,
+    InParallelNode, InvokeToolNode, LoopNode, McpDecl, MergeStrategy, ModelParamsNode,
+    OutputCodecNode, ParallelMode, RetryNode, Route, RunCodeNode, ScheduleErrorMode, ScheduleNode,
+    SequenceNode, SpawnNode, SubflowNode, ToolRef, UntilPredicate, WORKFLOW_VERSION,
+    WithContextNode, WorkflowDocument, WorkflowNode,
 };
 pub use hydrate::WorkflowStep;
 pub use registry::{HydrateOptions, WorkflowRegistry};

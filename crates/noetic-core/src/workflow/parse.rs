@@ -8,12 +8,13 @@
 
 use serde_json::Value;
 
+use super::acp;
 use super::document::{
-    BackoffKind, CallModelNode, ConditionalNode, ConnectionDecl, ConnectionKind, InParallelNode,
-    InvokeToolNode, LoopNode, McpDecl, MergeStrategy, ModelParamsNode, OutputCodecNode,
-    ParallelMode, RetryNode, Route, RunCodeNode, ScheduleErrorMode, ScheduleNode, SequenceNode,
-    SpawnNode, SubflowNode, ToolRef, UntilPredicate, WORKFLOW_VERSION, WithContextNode,
-    WorkflowDocument, WorkflowNode,
+    AcpAgentNode, BackoffKind, CallModelNode, ConditionalNode, ConnectionDecl, ConnectionKind,
+    InParallelNode, InvokeToolNode, LoopNode, McpDecl, MergeStrategy, ModelParamsNode,
+    OutputCodecNode, ParallelMode, RetryNode, Route, RunCodeNode, ScheduleErrorMode, ScheduleNode,
+    SequenceNode, SpawnNode, SubflowNode, ToolRef, UntilPredicate, WORKFLOW_VERSION,
+    WithContextNode, WorkflowDocument, WorkflowNode,
 };
 use super::fields::{
     Fields, Min, choice, invalid, items, join, non_empty, number, object, positive_integer, string,
@@ -33,6 +34,7 @@ pub(crate) const NODE_KINDS: &[&str] = &[
     "sequence",
     "schedule",
     "subflow",
+    "acp-agent",
 ];
 
 /// The until predicate kinds of the schema.
@@ -324,10 +326,11 @@ pub(crate) fn node(value: &Value, path: &str) -> Result<WorkflowNode> {
             })
         }
         "acp-agent" => {
-            return Err(invalid(
-                join(path, "kind"),
-                "node kind `acp-agent` is not supported (no ACP agent runtime)",
-            ));
+            fields.check(acp::FIELDS, &["id", "agent"])?;
+            WorkflowNode::AcpAgent(AcpAgentNode {
+                id: fields.id()?,
+                config: acp::parse(&fields)?,
+            })
         }
         other => {
             return Err(invalid(

@@ -70,13 +70,6 @@ fn unknown_node_kind() {
 }
 
 #[test]
-fn acp_agent_is_not_supported() {
-    let document =
-        doc(json!({ "kind": "acp-agent", "id": "a", "agent": "claude", "prompt": "hi" }));
-    check(document, "/root/kind", "not supported");
-}
-
-#[test]
 fn missing_required_fields_are_named() {
     check(
         doc(json!({ "kind": "callModel", "id": "a" })),
