@@ -16,7 +16,7 @@
 //! let harness = AgentHarness::builder("coder")
 //!     .acp_runtime(AcpClient::new())
 //!     .acp_agent("claude", AcpAgentCommand::new("npx", ["-y", "@zed-industries/claude-code-acp"]))
-//!     .agent(code)
+//!     .agent_graph(code)
 //!     .build();
 //! ```
 //!

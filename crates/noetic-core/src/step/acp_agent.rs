@@ -1,6 +1,7 @@
 //! `acp_agent`: one prompt turn of a coding agent driven over the Agent Client Protocol.
 //!
-//! The step resolves its agent, prompt and cwd, appends the prompt to the log as a user message and
+//! The step resolves its agent, prompt and cwd, appends the prompt to the log as a user message
+//! (unless it is a session turn's message, already there, or an earlier step's output) and
 //! hands the turn to the runtime's [`AcpRuntime`] with itself as the [`AcpHost`]: what the agent
 //! streams becomes text and reasoning deltas (the same `Sdk` events a model call emits), tool calls
 //! `tool_call_started` / `tool_call_completed`, every update an `acp_update` event; permission
@@ -18,7 +19,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use super::call_model::until_cancelled;
-use super::{Step, StepBody, StepNode};
+use super::{Origin, Step, StepBody, StepNode};
 use crate::acp::{
     AcpActivity, AcpAgentCommand, AcpAgentConfig, AcpAgentRef, AcpClientCapabilities, AcpHost,
     AcpPermissionRequest, AcpPermissions, AcpSessionOptions, AcpToolCall, AcpTurn, AcpTurnEnd,
@@ -254,6 +255,7 @@ pub(crate) async fn execute(
     step_id: &str,
     spec: &AcpAgentSpec,
     input: Value,
+    origin: &Origin,
     ctx: &Context,
 ) -> Result<Value> {
     let config = &spec.config;
@@ -295,9 +297,15 @@ pub(crate) async fn execute(
             command.clone(),
         ),
     };
+    // Whether the prompt still has to be appended to the log: a turn's messages are there already,
+    // and a forwarded output is input, not a message (as for `call_model`).
+    let mut append = true;
     let prompt = match (&config.prompt, &input) {
         (Some(prompt), _) if !prompt.is_empty() => prompt.clone(),
-        (_, Value::String(text)) if !text.is_empty() => text.clone(),
+        (_, Value::String(text)) if !text.is_empty() => {
+            append = matches!(origin, Origin::Root);
+            text.clone()
+        }
         _ if !config.content.is_empty() => String::new(),
         _ => {
             return Err(invalid(
@@ -332,7 +340,7 @@ pub(crate) async fn execute(
     };
 
     ctx.hold_if_draining().await?;
-    if !prompt.is_empty() {
+    if append && !prompt.is_empty() {
         ctx.append_item(Item::user_text(prompt.clone()));
     }
     let guard = ctx

@@ -116,7 +116,9 @@ async fn execute_in_span(
             StepBody::Loop(spec) => loop_step::execute_loop(id, spec, input, origin, ctx).await,
             StepBody::Sequence(body) => loop_step::run_body(body, input, origin, ctx).await,
             StepBody::Schedule(spec) => schedule::execute(id, spec, input, origin, ctx).await,
-            StepBody::AcpAgent(spec) => super::acp_agent::execute(id, spec, input, ctx).await,
+            StepBody::AcpAgent(spec) => {
+                super::acp_agent::execute(id, spec, input, &origin, ctx).await
+            }
         };
         if let (Some(journal), Some(path)) = (journal, &path) {
             journal.exit(path, id, kind, output.as_ref().ok());
