@@ -181,7 +181,7 @@ fn an_approval_after_a_restart_is_refused_and_the_turn_reruns_and_asks_again() {
                 .iter()
                 .map(|request| request.approval_id.clone())
                 .collect::<Vec<_>>(),
-            [new_id.clone()],
+            std::slice::from_ref(&new_id),
             "only the live request is listed"
         );
         harness.approve(THREAD, &new_id).await.expect("approved");
