@@ -259,7 +259,7 @@ pub(crate) async fn execute(
         return Err(Error::Adapter {
             code: "ACP_RUNTIME_MISSING",
             source: format!(
-                "acp_agent `{step_id}`: this harness has no ACP runtime (AgentHarnessBuilder::acp_runtime(noetic_acp::AcpClient::new()))"
+                "acp_agent `{step_id}`: this runtime has no ACP runtime: register one with `.acp_runtime(noetic_acp::AcpClient::new())` on the harness or runtime builder"
             )
             .into(),
         });
