@@ -315,6 +315,7 @@ impl Connection {
                 answer = &mut response, if !closed => {
                     // What the agent sent before its answer is queued already (one reader, in
                     // order): it reaches the host first.
+                    let mut violation = None;
                     while let Ok(message) = self.incoming.try_recv() {
                         match message {
                             Incoming::Notification { method, params } => {
@@ -324,8 +325,19 @@ impl Connection {
                                 let answer = cancelled_answer(client::is_permission(&method));
                                 self.rpc.respond(id, answer).await;
                             }
-                            Incoming::Violation(_) | Incoming::Closed => {}
+                            Incoming::Violation(line) if !turn.config.lenient => {
+                                violation.get_or_insert(line);
+                            }
+                            Incoming::Violation(line) => {
+                                tracing::warn!(agent = %self.agent, %line, "ACP agent wrote a non-JSON-RPC line: skipped");
+                            }
+                            Incoming::Closed => {}
                         }
+                    }
+                    // A violation before the answer fails the turn as it would have on its own.
+                    if let (Some(line), None) = (violation, cancelling) {
+                        self.broken = true;
+                        break Err(AcpError::Violation { agent: self.agent.clone(), line }.into());
                     }
                     match (answer, cancelling) {
                         (Ok(Ok(value)), None) => break Ok(value),
