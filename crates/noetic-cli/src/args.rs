@@ -40,10 +40,14 @@ options:
                             shell) over stdio, and offer its tools to every model call as NAME__TOOL
                             (repeatable); its environment is an allow-list (no API keys)
   --mcp NAME=URL            the same for an MCP server at an http:// or https:// URL (streamable HTTP)
+  --acp NAME=COMMAND        (run, resume, chat) register the ACP agent COMMAND (split like a shell) as
+                            NAME, for `acp-agent` nodes whose `agent` is \"NAME\" (repeatable); it
+                            runs in its own process group with a minimal environment (no API keys)
   --needs-approval TOOL     calls of TOOL (a built-in tool, or NAME__TOOL of an MCP server) wait for
                             a person's approval (repeatable): chat prints each request and takes
                             /approve ID or /reject ID REASON ({\"command\":\"approve\",\"approvalId\"}
-                            with --jsonl); run cannot ask and exits 1 unless --approve-all
+                            with --jsonl); run cannot ask and exits 1 unless --approve-all (an
+                            acp-agent node's `ask` permission requests are asked the same way)
   --approve-all             (run) approve every call that needs approval
   --storage sqlite:PATH     (run, resume, chat) record durably in a SQLite file: `run` prints
                             `execution: ID` on stderr before the first model request; `chat` keeps
@@ -109,12 +113,47 @@ pub(crate) struct Options {
     pub(crate) drain: Option<Duration>,
     /// `--mcp NAME=COMMAND|URL`, each time given: (name, command line or URL).
     pub(crate) mcp: Vec<(String, String)>,
+    /// `--acp NAME=COMMAND`, each time given: (agent name, command line).
+    pub(crate) acp: Vec<(String, String)>,
     /// `--needs-approval TOOL`, each time given.
     pub(crate) needs_approval: Vec<String>,
     /// `--approve-all`.
     pub(crate) approve_all: bool,
     /// `--otlp-endpoint URL`: the collector spans and metrics are exported to.
     pub(crate) otlp_endpoint: Option<String>,
+}
+
+/// A `NAME=TARGET` value of `flag` (`--mcp`, `--acp`): NAME is `[A-Za-z0-9_-]` (an MCP server's
+/// prefixes its tools; an ACP agent's is what `acp-agent` nodes name) and not in `known` yet.
+fn named(
+    flag: &str,
+    what: &str,
+    raw: &str,
+    known: &[(String, String)],
+) -> Result<(String, String), String> {
+    let (name, target) = raw
+        .split_once('=')
+        .filter(|(name, target)| !name.is_empty() && !target.trim().is_empty())
+        .ok_or_else(|| {
+            let targets = if flag == "--mcp" {
+                "NAME=COMMAND or NAME=URL"
+            } else {
+                "NAME=COMMAND"
+            };
+            format!("{flag} must be {targets}, not `{raw}`")
+        })?;
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "{flag}: the {what} name `{name}` must be [A-Za-z0-9_-]"
+        ));
+    }
+    if known.iter().any(|(other, _)| other == name) {
+        return Err(format!("{flag}: the {what} name `{name}` is given twice"));
+    }
+    Ok((name.to_owned(), target.to_owned()))
 }
 
 /// Parses the arguments (without the program name).
@@ -202,25 +241,12 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                 options.shell_env.push(name);
             }
             "--mcp" => {
-                let raw = value("--mcp")?;
-                let (name, target) = raw
-                    .split_once('=')
-                    .filter(|(name, target)| !name.is_empty() && !target.trim().is_empty())
-                    .ok_or_else(|| {
-                        format!("--mcp must be NAME=COMMAND or NAME=URL, not `{raw}`")
-                    })?;
-                if !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                {
-                    return Err(format!(
-                        "--mcp: the server name `{name}` must be [A-Za-z0-9_-] (it prefixes its tools)"
-                    ));
-                }
-                if options.mcp.iter().any(|(known, _)| known == name) {
-                    return Err(format!("--mcp: the server name `{name}` is given twice"));
-                }
-                options.mcp.push((name.to_owned(), target.to_owned()));
+                let named = named("--mcp", "server", &value("--mcp")?, &options.mcp)?;
+                options.mcp.push(named);
+            }
+            "--acp" => {
+                let named = named("--acp", "agent", &value("--acp")?, &options.acp)?;
+                options.acp.push(named);
             }
             "--needs-approval" => {
                 let tool = value("--needs-approval")?;
@@ -457,6 +483,30 @@ mod tests {
                 flow: "f.json".into(),
                 jsonl: true
             }
+        );
+    }
+
+    #[test]
+    fn parses_named_acp_agents_like_mcp_servers() {
+        let (_, options) = parse(&args("run f.json --acp coder=claude-code-acp")).unwrap();
+        assert_eq!(
+            options.acp,
+            [("coder".to_owned(), "claude-code-acp".to_owned())]
+        );
+        assert!(
+            parse(&args("run f.json --acp coder"))
+                .unwrap_err()
+                .contains("--acp must be NAME=COMMAND")
+        );
+        assert!(
+            parse(&args("run f.json --acp a=x --acp a=y"))
+                .unwrap_err()
+                .contains("`a` is given twice")
+        );
+        assert!(
+            parse(&args("run f.json --acp a.b=x"))
+                .unwrap_err()
+                .contains("[A-Za-z0-9_-]")
         );
     }
 

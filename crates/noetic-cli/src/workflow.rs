@@ -3,6 +3,8 @@
 use noetic_core::workflow::{HydrateOptions, WorkflowDocument, WorkflowRegistry};
 use std::path::{Path, PathBuf};
 
+use noetic_acp::AcpClient;
+use noetic_core::acp::AcpAgentCommand;
 use noetic_core::workflow::ConnectionKind;
 use noetic_core::{AgentHarness, CallModelDefaults, Environment, Error, ToolSource};
 use noetic_mcp::{McpCommand, McpServer};
@@ -15,24 +17,28 @@ use crate::provider::{Chosen, choose};
 use crate::tools::builtins;
 
 /// A harness running a workflow, and the provider it owns (the demo server lives as long as this), and
-/// the MCP servers it started (shut down when this drops: see [`MCP_SHUTDOWN`]).
+/// the MCP servers it started and the ACP client its `acp-agent` nodes run on (both shut down when
+/// this drops: see [`MCP_SHUTDOWN`]).
 pub(crate) struct Setup {
     pub(crate) harness: AgentHarness,
     _demo: Option<noetic_providers::DemoModel>,
     mcp: Vec<McpServer>,
+    acp: AcpClient,
 }
 
 /// How long the CLI gives its MCP servers to end when it is done with them, on every way out (an
 /// answer, an error, a signal): first the `notifications/cancelled` of calls a stop dropped are
 /// written (at most [`noetic_mcp::CANCEL_SEND_TIMEOUT`]), then each connection is closed (a stdio
 /// server's stdin, an HTTP session deleted). A server still running after this is killed with its
-/// process group.
+/// process group. ACP agents kept alive across turns (`keepAlive: harness`) get the same window to
+/// end on their stdin's end before theirs is killed.
 const MCP_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for Setup {
     fn drop(&mut self) {
         let servers = std::mem::take(&mut self.mcp);
-        if servers.is_empty() {
+        let acp = std::mem::take(&mut self.acp);
+        if servers.is_empty() && acp.kept_sessions().is_empty() {
             return;
         }
         // Waiting is needed here, in a drop: every command's exit path (`?`, a signal) passes by it.
@@ -48,7 +54,8 @@ impl Drop for Setup {
             runtime.block_on(async {
                 let shutdowns =
                     futures_util::future::join_all(servers.iter().map(McpServer::shutdown));
-                let _ = tokio::time::timeout(MCP_SHUTDOWN, shutdowns).await;
+                let both = futures_util::future::join(shutdowns, acp.close_sessions());
+                let _ = tokio::time::timeout(MCP_SHUTDOWN, both).await;
             });
         });
     }
@@ -113,6 +120,26 @@ async fn connect_mcp(
         }
     }
     Ok(servers)
+}
+
+/// The ACP agents `--acp NAME=COMMAND` registers, each command line split like a shell's.
+fn acp_agents(options: &Options) -> Result<Vec<(String, AcpAgentCommand)>, Failure> {
+    options
+        .acp
+        .iter()
+        .map(|(name, line)| {
+            let words = shell_words::split(line).map_err(|error| {
+                Failure::Usage(format!(
+                    "--acp {name}: cannot split the command line `{line}`: {error}"
+                ))
+            })?;
+            let mut words = words.into_iter();
+            let program = words
+                .next()
+                .ok_or_else(|| Failure::Usage(format!("--acp {name}: the command is empty")))?;
+            Ok((name.clone(), AcpAgentCommand::new(program, words)))
+        })
+        .collect()
 }
 
 /// A connection the document declares, before it is connected: no tools yet. Validation hydrates
@@ -248,6 +275,7 @@ pub(crate) async fn setup_document(
     durable: Option<noetic_storage_sqlite::SqliteStorage>,
 ) -> Result<Setup, Failure> {
     let (environment, fs_root) = environment(options)?;
+    let agents = acp_agents(options)?;
     let registry = registry(
         fs_root.as_deref(),
         options.allow_shell,
@@ -296,6 +324,12 @@ pub(crate) async fn setup_document(
     if let Some(store) = durable {
         builder = builder.durable(store);
     }
+    // Idle until an `acp-agent` node runs: no process is started before.
+    let acp = AcpClient::new();
+    builder = builder.acp_runtime(acp.clone());
+    for (name, command) in agents {
+        builder = builder.acp_agent(name, command);
+    }
     if let Some(ttl) = options.lease_ttl {
         builder = builder.lease_ttl(ttl);
     }
@@ -312,6 +346,7 @@ pub(crate) async fn setup_document(
         harness,
         _demo,
         mcp: servers,
+        acp,
     })
 }
 
@@ -339,6 +374,14 @@ fn print_tree(node: &Value, depth: usize, out: &mut String) {
         "runCode" => field("execute").map(|code| format!(" ({code})")),
         "inParallel" => field("mode").map(|mode| format!(" ({mode})")),
         "subflow" => field("ref").map(|name| format!(" (ref {name})")),
+        "acp-agent" => match node.get("agent") {
+            Some(Value::String(name)) => Some(format!(" (agent {name})")),
+            Some(agent) => agent
+                .get("command")
+                .and_then(Value::as_str)
+                .map(|command| format!(" ({command})")),
+            None => None,
+        },
         _ => None,
     };
     out.push_str(&format!(

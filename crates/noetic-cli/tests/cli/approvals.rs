@@ -39,7 +39,7 @@ fn echoing_provider(server: &MockServer) {
 }
 
 /// A chat child, its stdout and stderr read line by line.
-struct Chat {
+pub(crate) struct Chat {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: Lines<BufReader<ChildStdout>>,
@@ -50,7 +50,12 @@ impl Chat {
     fn start(server: &MockServer, flow: &str, extra: &[&str]) -> Self {
         let mut first = vec!["chat", flow, "--needs-approval", "echo"];
         first.extend_from_slice(extra);
-        let mut child = noetic(args(&first, &mock_options(server))).spawn().unwrap();
+        Self::spawn(args(&first, &mock_options(server)))
+    }
+
+    /// `noetic ARGS` (a `chat` command line), started.
+    pub(crate) fn spawn(arguments: Vec<String>) -> Self {
+        let mut child = noetic(arguments).spawn().unwrap();
         Chat {
             stdin: child.stdin.take(),
             stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
@@ -59,7 +64,7 @@ impl Chat {
         }
     }
 
-    async fn send(&mut self, line: &str) {
+    pub(crate) async fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is open");
         stdin
             .write_all(format!("{line}\n").as_bytes())
@@ -68,7 +73,7 @@ impl Chat {
     }
 
     /// The next stdout line satisfying `wanted` (bounded).
-    async fn stdout_line(&mut self, wanted: impl Fn(&str) -> bool) -> String {
+    pub(crate) async fn stdout_line(&mut self, wanted: impl Fn(&str) -> bool) -> String {
         tokio::time::timeout(CHILD_TIMEOUT, async {
             loop {
                 let line = self.stdout.next_line().await.unwrap().expect("stdout open");
@@ -82,7 +87,7 @@ impl Chat {
     }
 
     /// The next stderr line satisfying `wanted` (bounded).
-    async fn stderr_line(&mut self, wanted: impl Fn(&str) -> bool) -> String {
+    pub(crate) async fn stderr_line(&mut self, wanted: impl Fn(&str) -> bool) -> String {
         tokio::time::timeout(CHILD_TIMEOUT, async {
             loop {
                 let line = self.stderr.next_line().await.unwrap().expect("stderr open");
@@ -95,7 +100,7 @@ impl Chat {
         .expect("the line came")
     }
 
-    async fn finish(mut self) -> i32 {
+    pub(crate) async fn finish(mut self) -> i32 {
         drop(self.stdin.take());
         let status = tokio::time::timeout(CHILD_TIMEOUT, self.child.wait())
             .await

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod acp;
 mod approvals;
 mod chat;
 mod durable;
