@@ -237,6 +237,35 @@ fn the_mcp_example_offers_the_server_s_tool_and_the_model_s_call_reaches_it() {
 }
 
 #[test]
+fn the_acp_example_drives_the_scripted_agent_through_reads_an_approval_and_a_write() {
+    // Installs the agent's venv when needed (the example would too), or says why it cannot.
+    let _agent = noetic_test_support::scripted_agent_or_skip!();
+    let mut command = example_command("acp");
+    command.env_remove("NOETIC_ACP_AGENT");
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "acp failed: {stderr}");
+    assert!(stderr.contains("scripted ACP agent"), "{stderr}");
+    for line in [
+        "[tool] Read notes.txt",
+        "read: - 1.0 shipped",
+        "[approval] acp:coder:edit \"perm p1\": approved",
+        "permission: selected allow-once",
+        "write: ok",
+        "[agent] done: end_turn",
+        // Written by the agent through the confined fs, read back by the example.
+        "summary.txt: Two release notes, both shipped.",
+    ] {
+        assert!(stdout.contains(line), "no `{line}` in:\n{stdout}");
+    }
+    assert!(
+        stdout.contains("fs/write_text_file") && stdout.contains("summary.txt served=true"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn the_approval_example_runs_the_approved_call_and_feeds_back_a_rejection() {
     let (approved, _) = run_example("approval", &[]);
     assert!(
