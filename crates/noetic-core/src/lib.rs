@@ -79,8 +79,8 @@ pub use runtime::{
 };
 pub use session::{
     AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
-    ItemSnapshot, Replay, Scope, SessionChunk, SessionStatus, Steer, SteerDecision, SteerPoint,
-    StoredThread, TurnOutcome,
+    ItemSnapshot, Replay, Scope, SequencedEvent, SessionChunk, SessionStatus, Steer, SteerDecision,
+    SteerPoint, StoredThread, TurnOutcome,
 };
 pub use step::{
     AcpAgentBuilder, Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS,

@@ -314,6 +314,21 @@ impl AgentHarness {
             .boxed()
     }
 
+    /// The thread's events with their sequence numbers on the session's bus, starting where `replay`
+    /// says ([`Replay::After`] resumes after a number a client saw, as an SSE `Last-Event-ID`).
+    /// See [`crate::SequencedEvent`] for what the numbers promise.
+    pub fn sequenced_events(
+        &self,
+        scope: Scope,
+        replay: Replay,
+    ) -> BoxStream<'static, crate::SequencedEvent> {
+        self.sessions()
+            .get_or_create(scope.thread_id())
+            .subscribe(replay)
+            .into_sequenced_stream()
+            .boxed()
+    }
+
     /// The text deltas of the thread's model calls, from now on ([`Replay::None`]): each turn as
     /// [`SessionChunk::TurnStarted`], its deltas as [`SessionChunk::Data`], then
     /// [`SessionChunk::TurnEnded`]; [`SessionChunk::Lagged`] where this subscriber fell behind.

@@ -52,6 +52,41 @@ pub enum Replay {
     CurrentTurn,
     /// From now on: only events published after subscribing (the default of the derived streams).
     None,
+    /// With the events after the one with this sequence number (an SSE client's `Last-Event-ID`):
+    /// a `Lagged` first when some of them are no longer kept (the count is of sequence numbers,
+    /// which have gaps where ended turns were compacted) — always when the number is from an
+    /// earlier life of the thread's bus (another process, or a session evicted and read back),
+    /// whose numbers are all below this one's. A number beyond the last published starts from now.
+    After(u64),
+}
+
+/// An event with its sequence number on the session's bus ([`crate::AgentHarness::sequenced_events`]).
+///
+/// Sequence numbers increase along a thread's bus, with gaps where events were compacted, and a
+/// bus's numbers start above those of any earlier bus of the thread (they start at the bus's
+/// creation time in milliseconds times 1024, and above every number the process published: a bus
+/// of an earlier process would have to publish more than 1024 events per millisecond of its life to
+/// reach its successor's), so a cursor stays meaningful across a
+/// restart. They stay below 2^53: exact as JavaScript numbers. A `Lagged` carries the number of the
+/// last event it stands for, so resuming after it continues at the next kept event.
+#[derive(Debug, Clone)]
+pub struct SequencedEvent {
+    /// The event's sequence number.
+    pub seq: u64,
+    /// The event.
+    pub event: Arc<StreamEvent>,
+}
+
+/// The highest sequence number any bus of this process has published.
+static PUBLISHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The first sequence number of a bus created now: milliseconds since the Unix epoch times 1024,
+/// and above every number this process has published (a bus made again within the millisecond).
+fn first_seq() -> u64 {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(0));
+    (millis << 10).max(PUBLISHED.load(std::sync::atomic::Ordering::Relaxed) + 1)
 }
 
 /// The bounds of a session's ring.
@@ -116,10 +151,11 @@ struct Ring {
 
 impl EventBus {
     pub(crate) fn new(limits: Limits) -> Self {
+        let first = first_seq();
         EventBus {
             ring: Mutex::new(Ring {
                 entries: VecDeque::new(),
-                next_seq: 0,
+                next_seq: first,
                 bytes: 0,
                 max_events: limits.events.max(1),
                 max_bytes: limits.bytes,
@@ -127,8 +163,8 @@ impl EventBus {
                 idle_bytes: limits.idle_bytes,
                 subscribers: 0,
                 turn_start: None,
-                ended_below: 0,
-                compacted_below: 0,
+                ended_below: first,
+                compacted_below: first,
                 blocker: None,
                 cursors: Vec::new(),
             }),
@@ -189,6 +225,7 @@ impl EventBus {
                 .map_or(ring.next_seq, |entry| entry.seq),
             Replay::CurrentTurn => ring.turn_start.unwrap_or(ring.next_seq),
             Replay::None => ring.next_seq,
+            Replay::After(seq) => seq.saturating_add(1).min(ring.next_seq),
         };
         ring.subscribers += 1;
         let slot = match ring.cursors.iter().position(Option::is_none) {
@@ -213,6 +250,7 @@ impl Ring {
     fn push(&mut self, event: Arc<StreamEvent>, bytes: usize) {
         let seq = self.next_seq;
         self.next_seq += 1;
+        PUBLISHED.fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
         self.entries.push_back(Entry { seq, bytes, event });
         self.bytes += bytes;
         let max_bytes = if self.subscribers == 0 {
@@ -312,8 +350,9 @@ pub(crate) struct Subscription {
 }
 
 enum Read {
-    Event(Arc<StreamEvent>),
-    Lagged(u64),
+    Event(u64, Arc<StreamEvent>),
+    /// How many sequence numbers were skipped, and the last of them.
+    Lagged(u64, u64),
     Empty(Vec<Entry>),
 }
 
@@ -330,12 +369,12 @@ impl Subscription {
         };
         if next_seq > cursor {
             ring.cursors[self.slot] = Some(next_seq);
-            return Read::Lagged(next_seq - cursor);
+            return Read::Lagged(next_seq - cursor, next_seq - 1);
         }
         match event {
             Some(event) => {
                 ring.cursors[self.slot] = Some(cursor + 1);
-                Read::Event(event)
+                Read::Event(cursor, event)
             }
             // Caught up: if this subscriber held a compaction back, it can run now.
             None if ring.blocker == Some(self.slot) => Read::Empty(ring.compact()),
@@ -348,6 +387,14 @@ impl Subscription {
     /// # Cancel safety
     /// Cancel safe: the cursor only moves when an event is returned.
     pub(crate) async fn next(&mut self) -> Arc<StreamEvent> {
+        self.next_sequenced().await.event
+    }
+
+    /// The next event (or a lag notice) with its sequence number.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the cursor only moves when an event is returned.
+    pub(crate) async fn next_sequenced(&mut self) -> SequencedEvent {
         loop {
             // Register for a wake-up before looking, so a publish between the look and the wait is seen.
             let bus = self.bus.clone();
@@ -355,14 +402,29 @@ impl Subscription {
             tokio::pin!(notified);
             notified.as_mut().enable();
             match self.try_read() {
-                Read::Event(event) => return event,
-                Read::Lagged(skipped) => return Arc::new(StreamEvent::Lagged { skipped }),
+                Read::Event(seq, event) => return SequencedEvent { seq, event },
+                Read::Lagged(skipped, seq) => {
+                    return SequencedEvent {
+                        seq,
+                        event: Arc::new(StreamEvent::Lagged { skipped }),
+                    };
+                }
                 Read::Empty(compacted) => {
                     drop(compacted);
                     notified.await;
                 }
             }
         }
+    }
+
+    /// The subscription as an endless stream of events with their sequence numbers.
+    pub(crate) fn into_sequenced_stream(
+        self,
+    ) -> impl Stream<Item = SequencedEvent> + Send + 'static {
+        futures_util::stream::unfold(self, |mut subscription| async move {
+            let event = subscription.next_sequenced().await;
+            Some((event, subscription))
+        })
     }
 
     /// The subscription as an endless stream.

@@ -28,7 +28,8 @@ pub use crate::context::OnSteer;
 pub use crate::steer::{DeliveryMode, Steer, SteerDecision, SteerPoint, default_decision};
 pub use api::{AbortOptions, ExecuteOptions, HarnessResponse, Input, Scope, SessionStatus};
 pub use bus::{
-    DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES, Replay, UNWATCHED_EVENT_BYTES,
+    DEFAULT_EVENT_BYTES, DEFAULT_EVENT_CAPACITY, IDLE_EVENT_BYTES, Replay, SequencedEvent,
+    UNWATCHED_EVENT_BYTES,
 };
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 

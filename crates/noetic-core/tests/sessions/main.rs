@@ -27,6 +27,7 @@ mod no_lost_messages;
 mod responses;
 mod retention;
 mod scenarios;
+mod sequenced;
 mod steering;
 mod streams;
 mod support;
