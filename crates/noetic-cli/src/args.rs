@@ -10,6 +10,8 @@ usage:
   noetic resume ID --storage sqlite:PATH [options]   continue a durable run after a crash (or print
                                               its result again if it finished)
   noetic chat FLOW.json [options] [--jsonl]   a session reading messages from stdin while turns run
+  noetic serve FLOW.json [options]            serve the workflow over HTTP: the native API, the AI SDK
+                                              stream and a web page at / (until SIGTERM/SIGINT)
   noetic validate FLOW.json                   validate a workflow and print its step tree
   noetic spend --storage sqlite:PATH          print the paid calls left unpriced (cut off, crashed)
                                               as a JSON array
@@ -59,6 +61,14 @@ options:
                             `drain: {json}` on stderr; exit 128 + the signal's number either way
   --otlp-endpoint URL       export spans and metrics over OTLP to the collector at URL (its base URL,
                             as OTEL_EXPORTER_OTLP_ENDPOINT; the other OTEL_* variables still apply)
+  --listen IP:PORT          (serve) where to listen (default 127.0.0.1:8787); any address but loopback
+                            requires a bearer token
+  --token TOKEN             (serve) the bearer token clients must send (or NOETIC_SERVE_TOKEN); on a
+                            non-loopback address without one, one is generated and printed once
+  --allow-host NAME         (serve) answer requests whose Host is NAME too (repeatable; loopback names
+                            always)
+  --cors-origin ORIGIN      (serve) let pages from ORIGIN call the API (CORS; repeatable)
+  --max-queue N             (serve) messages a thread may have queued before 429 (default 64)
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
                             ({\"command\":\"abort\",\"drainMs\":N} drains the running turn first)
 
@@ -75,6 +85,9 @@ pub(crate) enum Command {
     Chat {
         flow: String,
         jsonl: bool,
+    },
+    Serve {
+        flow: String,
     },
     Validate {
         flow: String,
@@ -119,6 +132,16 @@ pub(crate) struct Options {
     pub(crate) needs_approval: Vec<String>,
     /// `--approve-all`.
     pub(crate) approve_all: bool,
+    /// `--listen IP:PORT` (serve).
+    pub(crate) listen: Option<String>,
+    /// `--token TOKEN` (serve).
+    pub(crate) token: Option<String>,
+    /// `--allow-host NAME`, each time given (serve).
+    pub(crate) allow_host: Vec<String>,
+    /// `--cors-origin ORIGIN`, each time given (serve).
+    pub(crate) cors_origin: Vec<String>,
+    /// `--max-queue N` (serve).
+    pub(crate) max_queue: Option<usize>,
     /// `--otlp-endpoint URL`: the collector spans and metrics are exported to.
     pub(crate) otlp_endpoint: Option<String>,
 }
@@ -282,6 +305,26 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                     .map_err(|_| format!("--drain-ms must be a whole number, not `{raw}`"))?;
                 options.drain = Some(Duration::from_millis(millis));
             }
+            "--listen" => options.listen = Some(value("--listen")?),
+            "--token" => options.token = Some(value("--token")?),
+            "--allow-host" => options.allow_host.push(value("--allow-host")?),
+            "--cors-origin" => {
+                let origin = value("--cors-origin")?;
+                if !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                    return Err(format!(
+                        "--cors-origin must be an http:// or https:// origin, not `{origin}`"
+                    ));
+                }
+                options.cors_origin.push(origin);
+            }
+            "--max-queue" => {
+                let raw = value("--max-queue")?;
+                let queue: usize =
+                    raw.parse().ok().filter(|queue| *queue > 0).ok_or_else(|| {
+                        format!("--max-queue must be a whole number above 0, not `{raw}`")
+                    })?;
+                options.max_queue = Some(queue);
+            }
             "--otlp-endpoint" => {
                 let url = value("--otlp-endpoint")?;
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -312,6 +355,9 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         Some("chat") => Command::Chat {
             flow: positional.next().ok_or("chat needs a workflow file")?,
             jsonl,
+        },
+        Some("serve") => Command::Serve {
+            flow: positional.next().ok_or("serve needs a workflow file")?,
         },
         Some("validate") => Command::Validate {
             flow: positional.next().ok_or("validate needs a workflow file")?,

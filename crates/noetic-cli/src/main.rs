@@ -3,6 +3,7 @@
 //! ```text
 //! noetic run examples/workflows/researcher.json "Find recent AI news"
 //! noetic chat examples/workflows/researcher.json
+//! noetic serve examples/workflows/researcher.json                # http://127.0.0.1:8787/
 //! noetic validate examples/workflows/multi-model-judge.json
 //! noetic run flow.json "Plan a trip" --storage sqlite:runs.db   # prints `execution: ID`
 //! noetic resume ID --storage sqlite:runs.db
@@ -23,6 +24,7 @@ mod durable;
 mod output;
 mod provider;
 mod run;
+mod serve;
 mod signals;
 mod tools;
 mod workflow;
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
                 durable::resume(&execution_id, &options).await
             }
             args::Command::Chat { flow, jsonl } => chat::chat(&flow, jsonl, &options).await,
+            args::Command::Serve { flow } => serve::serve(&flow, &options).await,
             args::Command::Spend => durable::spend(&options).await,
         }
     });
