@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod ai_sdk;
 mod config;
 mod error;
 mod native;
@@ -94,7 +95,7 @@ impl NoeticServer {
     /// The routes, guarded (host, origin, token), limited, with CORS for allowed origins.
     pub fn router(&self) -> Router {
         let config = &self.state.config;
-        let mut router = native::routes();
+        let mut router = native::routes().merge(ai_sdk::routes());
         if config.page {
             router = router.merge(page::routes());
         }
