@@ -5,6 +5,8 @@
 //! - `cargo xtask codegen [--check]` regenerates `docs/errors.md` from the crates' `CODES` tables, or
 //!   only checks that it is up to date.
 //! - `cargo xtask bench [ARGS]...` runs `cargo bench --workspace ARGS...`.
+//! - `cargo xtask e2e [NODE-ARGS]...` runs the end-to-end tests of `noetic serve` in `e2e/` (the web
+//!   page in headless Chromium, the AI SDK wire), installing Chromium and the npm packages they need.
 //! - `cargo xtask soak-fleet [RUNS] [-- FILTER]` runs the PostgreSQL fleet test RUNS times in a row
 //!   (200 by default), each bounded, stopping at the first failure or hang.
 //!
@@ -18,6 +20,7 @@ mod ci;
 mod codegen;
 mod codes;
 mod command;
+mod e2e;
 mod soak;
 #[cfg(test)]
 mod tidy;
@@ -39,6 +42,9 @@ commands:
   codegen            regenerate docs/errors.md from the crates' error code tables
   codegen --check    fail when docs/errors.md is stale
   bench [ARGS]...    run `cargo bench --workspace ARGS...` (e.g. `cargo xtask bench -- <filter>`)
+  e2e [NODE-ARGS]... run the end-to-end tests in e2e/tests/ with `node --test` (Chromium, npm
+                     packages and the CLI installed or built first; NODE-ARGS e.g.
+                     --test-name-pattern=reload)
   soak-fleet [RUNS] [-- FILTER]
                      run the PostgreSQL fleet test RUNS times (default 200), each at most 300 s,
                      stopping at the first failure or hang (FILTER: a test name part)
@@ -67,6 +73,7 @@ fn run(args: &[String]) -> Result {
         ("codegen", []) => codegen::write(root),
         ("codegen", [flag]) if flag == "--check" => codegen::check(root),
         ("bench", extra) => bench::run(root, extra),
+        ("e2e", extra) => e2e::run(root, extra),
         ("soak-fleet", rest) => {
             let (runs, filter) = soak_args(rest)?;
             soak::run(root, runs, filter)
