@@ -24,7 +24,7 @@
 //! # async fn demo(harness: noetic_core::AgentHarness) -> std::io::Result<()> {
 //! use noetic_server::{NoeticServer, ServeConfig};
 //! let server = NoeticServer::new(harness, ServeConfig::new());
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route("/", axum::routing::get(|| async { "my app" }))
 //!     .nest_service("/agent", server.router());
 //! # let _ = app;
@@ -131,7 +131,9 @@ impl NoeticServer {
     /// Stops the server's side of things: no new message is taken (503), every event stream ends
     /// with a final `server_shutdown` event (clients reconnect elsewhere or later with
     /// `Last-Event-ID`), and the turns running on the threads this server has seen are aborted —
-    /// after letting their model rounds in flight finish for up to `drain` when given.
+    /// after letting their model rounds in flight finish for up to `drain` when given. A turn
+    /// waiting for a person's approval is left parked: with a durable store it is read back, still
+    /// waiting, by the next run of the server; without one it ends with the process.
     pub async fn stop(&self, drain: Option<Duration>) -> StopReport {
         self.state.close();
         self.state.shutdown.cancel();
@@ -144,7 +146,9 @@ impl NoeticServer {
             .filter(|thread| {
                 !matches!(
                     harness.status(Scope::thread(thread.clone())),
-                    SessionStatus::Idle | SessionStatus::Queued { .. }
+                    SessionStatus::Idle
+                        | SessionStatus::Queued { .. }
+                        | SessionStatus::AwaitingApproval { .. }
                 )
             })
             .collect();

@@ -403,5 +403,7 @@ async fn decide(
             harness.reject(&thread_id, &approval_id, reason).await?
         }
     };
+    // A decision on a thread of an earlier run of the server: read it back so its turn goes on.
+    state.load(&thread_id).await?;
     Ok(Json(json!({"decided": request})))
 }

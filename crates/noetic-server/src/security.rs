@@ -66,7 +66,7 @@ fn check(state: &AppState, request: &Request) -> Result<(), ApiError> {
     if let Some(token) = &state.config.token
         && !open
         && !presented(headers, request.uri().query())
-            .is_some_and(|presented| token.matches(presented))
+            .is_some_and(|presented| token.matches(&presented))
     {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -79,17 +79,36 @@ fn check(state: &AppState, request: &Request) -> Result<(), ApiError> {
 
 /// The token a request presents: its `Authorization: Bearer` header, else its `token` query
 /// parameter (EventSource cannot set headers).
-fn presented<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
+fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     if let Some(bearer) = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
     {
-        return Some(bearer.trim());
+        return Some(bearer.trim().to_owned());
     }
     query?
         .split('&')
         .find_map(|pair| pair.strip_prefix("token="))
+        .and_then(percent_decode)
+}
+
+/// A query value with its `%XX` escapes (and `+` for a space) decoded; `None` if malformed.
+fn percent_decode(value: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut input = value.bytes();
+    while let Some(byte) = input.next() {
+        match byte {
+            b'%' => {
+                let high = char::from(input.next()?).to_digit(16)?;
+                let low = char::from(input.next()?).to_digit(16)?;
+                bytes.push(u8::try_from(high * 16 + low).ok()?);
+            }
+            b'+' => bytes.push(b' '),
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// The host name of a `Host` value: without its port, IPv6 brackets kept off.
@@ -135,6 +154,13 @@ mod tests {
         assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
         assert_eq!(host_name("[::1]:3000"), "::1");
         assert_eq!(host_name("example.com:x"), "example.com:x");
+    }
+
+    #[test]
+    fn query_tokens_are_percent_decoded() {
+        assert_eq!(percent_decode("a%2Bb%25c").as_deref(), Some("a+b%c"));
+        assert_eq!(percent_decode("plain").as_deref(), Some("plain"));
+        assert_eq!(percent_decode("bad%2"), None);
     }
 
     #[test]

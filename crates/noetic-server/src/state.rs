@@ -2,9 +2,9 @@
 //! the message ids it accepted on each, for idempotent POSTs), and the shutdown signal.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
 
 use noetic_core::AgentHarness;
 use tokio_util::sync::CancellationToken;
@@ -15,6 +15,15 @@ use crate::error::ApiError;
 /// How many accepted message ids a thread remembers for idempotency.
 const REMEMBERED_IDS: usize = 4096;
 
+/// How many times a thread held by an expired server's lease is tried again.
+const LOAD_ATTEMPTS: usize = 10;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub(crate) struct AppState {
     pub(crate) harness: AgentHarness,
     pub(crate) config: ServeConfig,
@@ -23,6 +32,8 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     /// Set when the server stops taking messages.
     closing: AtomicBool,
+    /// Threads waiting for a crashed predecessor's lease to expire before they are read back.
+    loading: Mutex<HashSet<String>>,
 }
 
 struct ThreadEntry {
@@ -50,13 +61,12 @@ impl AppState {
             threads: Mutex::new(BTreeMap::new()),
             shutdown,
             closing: AtomicBool::new(false),
+            loading: Mutex::new(HashSet::new()),
         }
     }
 
     fn threads(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ThreadEntry>> {
-        self.threads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.threads)
     }
 
     /// Records `thread_id` as known (created, or messaged); `false` when it already was.
@@ -92,14 +102,14 @@ impl AppState {
 
     /// Whether `thread_id` exists: seen by this server, or recorded in the durable store (a thread
     /// of an earlier run of the server), which it then remembers.
-    pub(crate) async fn known(&self, thread_id: &str) -> Result<(), ApiError> {
+    pub(crate) async fn known(self: &Arc<Self>, thread_id: &str) -> Result<(), ApiError> {
         if self.threads().contains_key(thread_id) {
             return Ok(());
         }
         match self.harness.stored_thread(thread_id).await {
             Ok(Some(_)) => {
                 self.remember(thread_id);
-                Ok(())
+                self.load(thread_id).await
             }
             // `INVALID_ARGUMENT`: the harness has no durable store to look in.
             Ok(None) => Err(ApiError::not_found(format!("no thread `{thread_id}`"))),
@@ -108,6 +118,58 @@ impl AppState {
             }
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// Reads a durable thread back (resuming its unfinished turn) unless this harness has it. While
+    /// another process's lease holds it (a server that crashed), a task reads it back once the lease
+    /// expires. Nothing to do without a durable store.
+    pub(crate) async fn load(self: &Arc<Self>, thread_id: &str) -> Result<(), ApiError> {
+        match self.harness.load_thread(thread_id).await {
+            Ok(()) => Ok(()),
+            Err(error) if error.code() == "INVALID_ARGUMENT" => Ok(()),
+            Err(noetic_core::Error::LeaseHeld { expires_at_ms, .. }) => {
+                self.load_later(thread_id, expires_at_ms);
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Reads `thread_id` back once its lease (expiring at `expires_at_ms`) is free: at most
+    /// [`LOAD_ATTEMPTS`] tries, each at the expiry the last refusal gave, until the server stops.
+    fn load_later(self: &Arc<Self>, thread_id: &str, mut expires_at_ms: u64) {
+        if !lock(&self.loading).insert(thread_id.to_owned()) {
+            return;
+        }
+        let state = self.clone();
+        let thread_id = thread_id.to_owned();
+        tokio::spawn(async move {
+            for _ in 0..LOAD_ATTEMPTS {
+                let wait = Duration::from_millis(
+                    expires_at_ms.saturating_sub(millis(SystemTime::now())) + 1,
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = state.shutdown.cancelled() => break,
+                }
+                match state.harness.load_thread(&thread_id).await {
+                    Err(noetic_core::Error::LeaseHeld {
+                        expires_at_ms: later,
+                        ..
+                    }) => expires_at_ms = later,
+                    Ok(()) => break,
+                    Err(error) => {
+                        tracing::warn!(
+                            thread_id,
+                            code = error.code(),
+                            "cannot read the thread back: {error}"
+                        );
+                        break;
+                    }
+                }
+            }
+            lock(&state.loading).remove(&thread_id);
+        });
     }
 
     /// Records `message_id` as accepted on `thread_id`; `false` when it already was (a retried POST).

@@ -184,6 +184,8 @@ async fn answer_approvals(
             Err(error) => return Err(error.into()),
         }
     }
+    // A decision on a thread of an earlier run of the server: read it back so its turn goes on.
+    state.load(thread_id).await?;
     let plan = Plan {
         target: Target::Current,
         message_id: Some(message.id),
