@@ -266,6 +266,23 @@ fn the_acp_example_drives_the_scripted_agent_through_reads_an_approval_and_a_wri
 }
 
 #[test]
+fn the_serve_example_answers_over_http_beside_the_app_s_own_route() {
+    let (stdout, stderr) = run_example("serve", &["--once"]);
+    assert!(stderr.contains("offline demo model"), "{stderr}");
+    assert!(
+        stdout.contains("POST messages: HTTP/1.1 202 Accepted"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(r#""message_id":"m1""#), "{stdout}");
+    assert!(stdout.contains("answer: (offline demo model)"), "{stdout}");
+    assert!(stdout.contains("GET thread: HTTP/1.1 200 OK"), "{stdout}");
+    assert!(
+        stdout.contains("GET /: HTTP/1.1 200 OK my app: the agent is at /agent/"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn the_approval_example_runs_the_approved_call_and_feeds_back_a_rejection() {
     let (approved, _) = run_example("approval", &[]);
     assert!(
