@@ -11,7 +11,7 @@ use noetic_core::{
 };
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 
-use crate::support::{Events, guarded, paced_harness, scripted_harness, text_events};
+use crate::support::{Events, guarded, paced_harness, run_turn, scripted_harness, text_events};
 
 /// Every chunk available right now.
 fn drain<T>(stream: &mut BoxStream<'static, SessionChunk<T>>) -> Vec<SessionChunk<T>> {
@@ -44,16 +44,6 @@ fn started_turns(events: &[std::sync::Arc<StreamEvent>]) -> Vec<String> {
             _ => None,
         })
         .collect()
-}
-
-async fn run_turn(harness: &noetic_core::AgentHarness, message: &str) {
-    harness
-        .execute(message, ExecuteOptions::default())
-        .await
-        .unwrap();
-    guarded("the response", harness.agent_response(Scope::default()))
-        .await
-        .unwrap();
 }
 
 #[tokio::test]

@@ -14,18 +14,9 @@ use noetic_core::{
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 
 use crate::support::{
-    Events, Gate, framework, guarded, is_turn_end, llm_with, scripted_harness, tool_call_events,
+    Events, Gate, framework, guarded, is_turn_end, llm_with, run_turn, scripted_harness,
+    tool_call_events,
 };
-
-async fn run_turn(harness: &noetic_core::AgentHarness, message: &str) {
-    harness
-        .execute(message, ExecuteOptions::default())
-        .await
-        .unwrap();
-    guarded("the response", harness.agent_response(Scope::default()))
-        .await
-        .unwrap();
-}
 
 fn is_sdk(event: &StreamEvent) -> bool {
     matches!(event, StreamEvent::Sdk(_))

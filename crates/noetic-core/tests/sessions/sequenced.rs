@@ -2,44 +2,22 @@
 //! gives exactly the events after it, a cursor that fell off the ring gets a `Lagged` first, and a
 //! bus's numbers are above any earlier bus's (a cursor from before a restart is behind, not ahead).
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use noetic_core::session::Replay;
-use noetic_core::{ExecuteOptions, Scope, SequencedEvent, StreamEvent};
+use noetic_core::{Scope, SequencedEvent, StreamEvent};
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 
-use crate::support::{guarded, scripted_harness};
+use crate::support::{run_turn, scripted_harness};
 
 /// Everything `stream` has ready now (after the turn ended, all of it is).
 fn ready(
     stream: &mut futures_util::stream::BoxStream<'static, SequencedEvent>,
 ) -> Vec<SequencedEvent> {
     let mut out = Vec::new();
-    while let Some(Some(event)) = stream.next().now_or_never_ready() {
+    while let Some(Some(event)) = stream.next().now_or_never() {
         out.push(event);
     }
     out
-}
-
-trait NowOrNever {
-    fn now_or_never_ready(&mut self) -> Option<Option<SequencedEvent>>;
-}
-
-impl NowOrNever
-    for futures_util::stream::Next<'_, futures_util::stream::BoxStream<'static, SequencedEvent>>
-{
-    fn now_or_never_ready(&mut self) -> Option<Option<SequencedEvent>> {
-        futures_util::FutureExt::now_or_never(self)
-    }
-}
-
-async fn one_turn(harness: &noetic_core::AgentHarness, message: &str) {
-    harness
-        .execute(message, ExecuteOptions::default())
-        .await
-        .unwrap();
-    guarded("the response", harness.agent_response(Scope::default()))
-        .await
-        .unwrap();
 }
 
 #[tokio::test]
@@ -48,7 +26,7 @@ async fn resuming_after_a_seen_number_gives_exactly_the_rest_in_order() {
         ScriptedModel::with_responses([ScriptedResponse::text_in_deltas("one two three four", 2)]);
     let harness = scripted_harness(&model);
     let mut live = harness.sequenced_events(Scope::default(), Replay::None);
-    one_turn(&harness, "go").await;
+    run_turn(&harness, "go").await;
     let everything = ready(&mut live);
     assert!(everything.len() > 6, "{everything:?}");
     assert!(
@@ -97,7 +75,7 @@ async fn a_cursor_behind_what_is_kept_gets_a_lagged_that_resumes_at_the_next_kep
     let model = ScriptedModel::with_responses([ScriptedResponse::text_in_deltas(&answer, 1)]);
     let harness = scripted_harness(&model);
     let mut live = harness.sequenced_events(Scope::default(), Replay::None);
-    one_turn(&harness, "talk").await;
+    run_turn(&harness, "talk").await;
     let everything = ready(&mut live);
     drop(live);
     // The turn ended and nobody reads: its deltas were compacted away. A client that saw the first
@@ -128,7 +106,7 @@ async fn a_cursor_from_an_earlier_bus_is_behind_this_one_and_lags() {
     ]);
     let earlier = scripted_harness(&model);
     let mut live = earlier.sequenced_events(Scope::default(), Replay::None);
-    one_turn(&earlier, "go").await;
+    run_turn(&earlier, "go").await;
     let old = ready(&mut live).last().unwrap().seq;
     drop(live);
     drop(earlier);
@@ -136,7 +114,7 @@ async fn a_cursor_from_an_earlier_bus_is_behind_this_one_and_lags() {
     // A new harness (a restart): its numbers are all above the old ones.
     let later = scripted_harness(&model);
     let mut live = later.sequenced_events(Scope::default(), Replay::None);
-    one_turn(&later, "again").await;
+    run_turn(&later, "again").await;
     let new = ready(&mut live);
     assert!(new[0].seq > old, "{} <= {old}", new[0].seq);
     assert!(

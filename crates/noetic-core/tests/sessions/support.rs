@@ -25,6 +25,20 @@ pub(crate) const HANG_GUARD: Duration = Duration::from_secs(10);
 
 /// Awaits `future`, failing the test (instead of hanging it) if it does not finish within
 /// [`HANG_GUARD`].
+/// Runs one turn of `message` on the default thread and waits for its response.
+pub(crate) async fn run_turn(harness: &noetic_core::AgentHarness, message: &str) {
+    harness
+        .execute(message, noetic_core::ExecuteOptions::default())
+        .await
+        .unwrap();
+    guarded(
+        "the response",
+        harness.agent_response(noetic_core::Scope::default()),
+    )
+    .await
+    .unwrap();
+}
+
 pub(crate) async fn guarded<F: Future>(what: &str, future: F) -> F::Output {
     tokio::time::timeout(HANG_GUARD, future)
         .await
