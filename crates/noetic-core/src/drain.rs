@@ -46,7 +46,7 @@ impl CancelOptions {
 }
 
 /// Why a drain ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum DrainReason {
@@ -116,7 +116,7 @@ pub struct PaidCall {
 /// What a drain did: [`AgentHarness::cancel`](crate::AgentHarness::cancel) and
 /// [`AgentHarness::abort`](crate::AgentHarness::abort) resolve with it, and `drain_finished` carries
 /// it. Serialized with the original's camelCase names (`durationMs`, `cutOff`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct DrainReport {
@@ -125,7 +125,11 @@ pub struct DrainReport {
     /// Why it ended.
     pub reason: DrainReason,
     /// How long it took.
-    #[serde(rename = "durationMs", serialize_with = "millis")]
+    #[serde(
+        rename = "durationMs",
+        serialize_with = "millis",
+        deserialize_with = "from_millis"
+    )]
     pub duration: Duration,
     /// The calls that ended during the drain, in the order they ended.
     pub finished: Vec<PaidCall>,
@@ -180,6 +184,10 @@ mod camel_usage {
             }),
         )
     }
+}
+
+fn from_millis<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    u64::deserialize(deserializer).map(Duration::from_millis)
 }
 
 fn millis<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {

@@ -4,7 +4,7 @@
 //! Emission is synchronous and must never block: a sink that cannot keep up drops or reports lag itself.
 //! Without a sink, no event is even built: [`crate::Context`] checks for a sink before constructing one.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::item::Item;
 use crate::model::{ResponseEvent, ResponseStatus};
@@ -28,7 +28,7 @@ pub enum StreamEvent {
 /// A framework lifecycle event. Serialized as `{"type": "<snake_case name>", "data": {…}}`; on the
 /// session streams the type is prefixed with the harness name (`researcher:step_started`), see
 /// [`StreamEvent::to_json`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FrameworkEvent {
@@ -63,6 +63,7 @@ pub enum FrameworkEvent {
         /// The error's message (for an idle timeout: `model stream idle timeout after <N>ms`).
         reason: String,
         /// The error's stable code (`CANCELLED`, `STEP_FAILED`, …).
+        #[serde(deserialize_with = "static_code")]
         error_kind: &'static str,
     },
     /// Steering messages joined the running turn.
@@ -504,6 +505,32 @@ impl StreamEvent {
         }
     }
 }
+
+/// An error code read back (an event from a durable event log) as the `&'static str` codes are:
+/// core's own from [`crate::error::CODES`], any other (an adapter crate's) interned once, at most
+/// [`MAX_INTERNED_CODES`] of them (`ERROR` beyond).
+fn static_code<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<&'static str, D::Error> {
+    let code = String::deserialize(deserializer)?;
+    if let Some((known, _)) = crate::error::CODES.iter().find(|(known, _)| *known == code) {
+        return Ok(known);
+    }
+    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = crate::sync::lock(&INTERNED);
+    if let Some(known) = interned.iter().find(|known| **known == code) {
+        return Ok(known);
+    }
+    if interned.len() >= MAX_INTERNED_CODES {
+        return Ok("ERROR");
+    }
+    let leaked: &'static str = Box::leak(code.into_boxed_str());
+    interned.push(leaked);
+    Ok(leaked)
+}
+
+/// How many distinct codes of other crates [`FrameworkEvent`]'s deserializer keeps.
+const MAX_INTERNED_CODES: usize = 256;
 
 /// Receives the events of the contexts it is attached to.
 ///

@@ -78,9 +78,9 @@ pub use runtime::{
     AgentHooks, CallModelDefaults, DEFAULT_IDLE_TIMEOUT, Environment, Runtime, RuntimeBuilder,
 };
 pub use session::{
-    AbortOptions, DEFAULT_THREAD, DeliveryMode, ExecuteOptions, HarnessResponse, Input,
-    ItemSnapshot, Replay, Scope, SequencedEvent, SessionChunk, SessionStatus, Steer, SteerDecision,
-    SteerPoint, StoredThread, TurnOutcome,
+    AbortOptions, DEFAULT_THREAD, DeliveryMode, EventLogOptions, ExecuteOptions, HarnessResponse,
+    Input, ItemSnapshot, Replay, Scope, SequencedEvent, SessionChunk, SessionStatus, Steer,
+    SteerDecision, SteerPoint, StoredThread, TurnOutcome,
 };
 pub use step::{
     AcpAgentBuilder, Backoff, CANCEL_GRACE, CallModelBuilder, DEFAULT_MAX_ITERATIONS,

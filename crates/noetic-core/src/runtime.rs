@@ -127,6 +127,7 @@ impl Runtime {
             acp: Acp::default(),
             lease_ttl: crate::checkpoint::DEFAULT_LEASE_TTL,
             retention: LedgerRetention::default(),
+            event_log: None,
         }
     }
 
@@ -312,6 +313,7 @@ pub struct RuntimeBuilder {
     acp: Acp,
     lease_ttl: Duration,
     retention: LedgerRetention,
+    event_log: Option<crate::session::EventLogOptions>,
 }
 
 impl RuntimeBuilder {
@@ -463,6 +465,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps each thread's session events in a durable event log (`thread/{id}/events`) when the
+    /// runtime is durable: a subscriber resumes after any sequence number it saw, on any host
+    /// sharing the store and across restarts (see [`crate::session::EventLogOptions`]). `None`
+    /// (the default) keeps events in memory only. Ignored without a durable store.
+    pub fn event_log(mut self, options: Option<crate::session::EventLogOptions>) -> Self {
+        self.event_log = options;
+        self
+    }
+
     /// How much of each execution's step ledger is kept (default 128 KiB per output, 1000 rows).
     pub fn ledger_retention(mut self, retention: LedgerRetention) -> Self {
         self.retention = retention;
@@ -504,6 +515,7 @@ impl RuntimeBuilder {
                 holder: crate::id::new_id(),
                 lease_ttl: self.lease_ttl,
                 retention: self.retention,
+                event_log: self.event_log,
                 deferred_deletes,
             }),
             approvals: Arc::new(Approvals::new(durable_store)),

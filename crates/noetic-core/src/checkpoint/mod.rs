@@ -55,6 +55,8 @@ pub(crate) struct Durability {
     pub(crate) holder: String,
     pub(crate) lease_ttl: Duration,
     pub(crate) retention: LedgerRetention,
+    /// Whether (and how) threads keep a durable event log.
+    pub(crate) event_log: Option<crate::session::EventLogOptions>,
     /// Rows a checkpoint commit deletes along with what it records (the rows of paid calls priced
     /// since the last one).
     pub(crate) deferred_deletes: Arc<DeferredDeletes>,

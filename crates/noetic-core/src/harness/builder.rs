@@ -29,6 +29,8 @@ pub struct AgentHarnessBuilder {
     workflow_registry: WorkflowRegistry,
     session_idle_ttl: std::time::Duration,
     shared_threads: bool,
+    /// `Some` once `event_log` was called.
+    event_log: Option<Option<crate::session::EventLogOptions>>,
 }
 
 impl AgentHarness {
@@ -53,6 +55,7 @@ impl AgentHarness {
             workflow_registry: WorkflowRegistry::default(),
             session_idle_ttl: crate::session::DEFAULT_SESSION_IDLE_TTL,
             shared_threads: false,
+            event_log: None,
         }
     }
 }
@@ -232,6 +235,17 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Keeps each thread's events in a durable event log (`options`; `None` keeps them in memory
+    /// only): [`AgentHarness::sequenced_events`] and [`AgentHarness::events`] then resume after
+    /// any sequence number a reader saw — across a restart, and on every host sharing the store,
+    /// where a thread another host drives is followed live from the log. The default is on for
+    /// [`AgentHarnessBuilder::shared_threads`] and off otherwise; ignored without a durable store.
+    /// See `docs/serve.md` and `docs/scaling.md`.
+    pub fn event_log(mut self, options: Option<crate::session::EventLogOptions>) -> Self {
+        self.event_log = Some(options);
+        self
+    }
+
     /// How much of each execution's step ledger is kept (see
     /// [`crate::RuntimeBuilder::ledger_retention`]).
     pub fn ledger_retention(mut self, retention: crate::LedgerRetention) -> Self {
@@ -244,10 +258,15 @@ impl AgentHarnessBuilder {
     /// # Errors
     /// [`crate::Error::InvalidStep`] or [`crate::Error::MissingModel`] when the agent graph is
     /// malformed.
-    pub fn build(self) -> Result<AgentHarness> {
+    pub fn build(mut self) -> Result<AgentHarness> {
         if let Some((graph, _)) = &self.agent_graph {
             graph.validate()?;
         }
+        let event_log = self.event_log.unwrap_or_else(|| {
+            self.shared_threads
+                .then(crate::session::EventLogOptions::default)
+        });
+        self.runtime = self.runtime.event_log(event_log);
         Ok(AgentHarness {
             inner: Arc::new(HarnessInner {
                 runtime: self.runtime.build(),

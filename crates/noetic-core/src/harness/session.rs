@@ -67,6 +67,13 @@ impl AgentHarness {
         if self.inner.shared_threads
             && let Some(durability) = self.runtime().durability()
         {
+            // A reader here that is not on the event log's numbers yet gets them first, so it
+            // streams this message's turn from its start wherever it runs.
+            if let Some(follow) = self.follow()
+                && let Some(session) = self.sessions().get(thread_id)
+            {
+                follow.base(&session).await?;
+            }
             crate::session::accept_shared(durability, thread_id, &message).await?;
             // A thread this host drives reads it at once; another host's on its wake-up.
             if let Some(session) = self.sessions().get(thread_id) {
@@ -307,6 +314,11 @@ impl AgentHarness {
         scope: Scope,
         replay: Replay,
     ) -> BoxStream<'static, Arc<StreamEvent>> {
+        if let Some(follow) = self.follow() {
+            return crate::session::follow(follow, scope.thread_id().to_owned(), replay)
+                .map(|event| event.event)
+                .boxed();
+        }
         self.sessions()
             .get_or_create(scope.thread_id())
             .subscribe(replay)
@@ -322,11 +334,24 @@ impl AgentHarness {
         scope: Scope,
         replay: Replay,
     ) -> BoxStream<'static, crate::SequencedEvent> {
+        if let Some(follow) = self.follow() {
+            return crate::session::follow(follow, scope.thread_id().to_owned(), replay).boxed();
+        }
         self.sessions()
             .get_or_create(scope.thread_id())
             .subscribe(replay)
             .into_sequenced_stream()
             .boxed()
+    }
+
+    /// With an event log: what a reader of a thread's events needs.
+    fn follow(&self) -> Option<crate::session::Follow> {
+        let durability = self.runtime().durability()?;
+        Some(crate::session::Follow {
+            sessions: self.sessions().clone(),
+            store: durability.store.clone(),
+            options: durability.event_log?,
+        })
     }
 
     /// The text deltas of the thread's model calls, from now on ([`Replay::None`]): each turn as

@@ -11,7 +11,8 @@ use crate::usage::TokenUsage;
 /// The variants cover the events the framework acts on; every other event type (content-part
 /// bookkeeping, hosted-tool progress, vendor extensions) is passed through as [`ResponseEvent::Other`] and
 /// never fails a round.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ResponseEvent {
     /// `response.created` / `response.in_progress`: the response exists.
@@ -101,7 +102,7 @@ pub enum ReasoningKind {
 pub use crate::error::ResponseStatus;
 
 /// The final snapshot carried by the terminal event.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ResponseSnapshot {
     /// The response id.
     pub id: Option<String>,

@@ -23,6 +23,7 @@ use futures_util::Stream;
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use super::event_log::EventTap;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::item::{ContentPart, Item};
 use crate::model::ResponseEvent;
@@ -147,6 +148,15 @@ struct Ring {
     blocker: Option<usize>,
     /// Each live subscriber's cursor (the sequence number it reads next); `None` for a free slot.
     cursors: Vec<Option<u64>>,
+    /// Whether anything was ever published.
+    published: bool,
+    /// Whether its numbers are the thread's durable event log's (set by [`EventBus::rebase`]).
+    based: bool,
+    /// Retired: its session left the harness's map; readers look the thread up again.
+    retired: bool,
+    /// Where published events also go to be written to the thread's event log (the host driving a
+    /// thread with an event log); `None` otherwise: one check per publish.
+    tap: Option<Arc<EventTap>>,
 }
 
 impl EventBus {
@@ -167,6 +177,10 @@ impl EventBus {
                 compacted_below: first,
                 blocker: None,
                 cursors: Vec::new(),
+                published: false,
+                based: false,
+                retired: false,
+                tap: None,
             }),
             notify: Notify::new(),
         }
@@ -210,14 +224,112 @@ impl EventBus {
         drop(compacted);
     }
 
-    /// A subscription starting where `replay` says.
+    /// Publishes an event read from the thread's event log at its own sequence number (a host
+    /// following a thread another host drives): one already passed is skipped; a gap (entries
+    /// trimmed from the log) shows as a `Lagged` to readers. Turn boundaries are kept as the driving
+    /// host's bus keeps them.
+    pub(crate) fn relay(&self, seq: u64, event: StreamEvent) {
+        let bytes = approx_bytes(&event);
+        let boundary = match &event {
+            StreamEvent::Framework(FrameworkEvent::TurnStarted { .. }) => Some(true),
+            StreamEvent::Framework(
+                FrameworkEvent::TurnCompleted { .. } | FrameworkEvent::TurnAborted { .. },
+            ) => Some(false),
+            _ => None,
+        };
+        let compacted = {
+            let mut ring = self.ring();
+            if seq < ring.next_seq {
+                return;
+            }
+            ring.next_seq = seq;
+            if boundary == Some(true) {
+                ring.turn_start = Some(seq);
+            }
+            ring.push(Arc::new(event), bytes);
+            if boundary == Some(false) {
+                ring.turn_start = None;
+                ring.ended_below = ring.next_seq;
+                ring.compact()
+            } else {
+                Vec::new()
+            }
+        };
+        self.notify.notify_waiters();
+        drop(compacted);
+    }
+
+    /// Puts the bus on the numbers of the thread's event log, whose next entry is `next`: with
+    /// nothing published yet it starts there (its readers, all waiting for its first event, with
+    /// it); otherwise it jumps ahead to `next` when behind (its readers see a `Lagged` for what it
+    /// did not relay) and stays put when at or past it. Returns whether it was based before.
+    pub(crate) fn rebase(&self, next: u64) -> bool {
+        let mut ring = self.ring();
+        let was = ring.based;
+        ring.based = true;
+        if !ring.published {
+            let old = ring.next_seq;
+            ring.next_seq = next;
+            ring.ended_below = next;
+            ring.compacted_below = next;
+            for cursor in ring.cursors.iter_mut().flatten() {
+                if *cursor >= old {
+                    *cursor = next;
+                }
+            }
+        } else if ring.next_seq < next {
+            ring.next_seq = next;
+        }
+        was
+    }
+
+    /// Whether the bus numbers its events as the thread's event log does.
+    pub(crate) fn is_based(&self) -> bool {
+        self.ring().based
+    }
+
+    /// The sequence number the next event gets.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.ring().next_seq
+    }
+
+    /// Sends every event published from now on to `tap` too (`None`: stops).
+    pub(crate) fn set_tap(&self, tap: Option<Arc<EventTap>>) {
+        self.ring().tap = tap;
+    }
+
+    /// Retires the bus (its session left the harness's map): readers that have read everything get
+    /// `None` from [`Subscription::next_or_retired`] and look the thread up again.
+    pub(crate) fn retire(&self) {
+        self.ring().retired = true;
+        self.notify.notify_waiters();
+    }
+
+    /// Whether the bus was retired.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.ring().retired
+    }
+
     /// How many subscriptions are live.
     pub(crate) fn subscriber_count(&self) -> usize {
         crate::sync::lock(&self.ring).subscribers
     }
 
     pub(crate) fn subscribe(self: &Arc<Self>, replay: Replay) -> Subscription {
+        self.subscribe_with(Some(replay), 0)
+    }
+
+    /// A subscription whose first event is number `next`, even when the bus has not got that far
+    /// (a reader moving from a retired bus to its successor, which may still be behind it).
+    pub(crate) fn subscribe_at(self: &Arc<Self>, next: u64) -> Subscription {
+        self.subscribe_with(None, next)
+    }
+
+    fn subscribe_with(self: &Arc<Self>, replay: Option<Replay>, next: u64) -> Subscription {
         let mut ring = self.ring();
+        let Some(replay) = replay else {
+            return ring.add_subscriber(self, next);
+        };
         let cursor = match replay {
             Replay::Retained => ring
                 .entries
@@ -227,30 +339,40 @@ impl EventBus {
             Replay::None => ring.next_seq,
             Replay::After(seq) => seq.saturating_add(1).min(ring.next_seq),
         };
-        ring.subscribers += 1;
-        let slot = match ring.cursors.iter().position(Option::is_none) {
-            Some(slot) => {
-                ring.cursors[slot] = Some(cursor);
-                slot
-            }
-            None => {
-                ring.cursors.push(Some(cursor));
-                ring.cursors.len() - 1
-            }
-        };
-        Subscription {
-            bus: self.clone(),
-            slot,
-        }
+        ring.add_subscriber(self, cursor)
     }
 }
 
 impl Ring {
+    fn add_subscriber(&mut self, bus: &Arc<EventBus>, cursor: u64) -> Subscription {
+        self.subscribers += 1;
+        let slot = match self.cursors.iter().position(Option::is_none) {
+            Some(slot) => {
+                self.cursors[slot] = Some(cursor);
+                slot
+            }
+            None => {
+                self.cursors.push(Some(cursor));
+                self.cursors.len() - 1
+            }
+        };
+        Subscription {
+            bus: bus.clone(),
+            slot,
+        }
+    }
+
     /// Appends an event and drops the oldest while over a bound.
     fn push(&mut self, event: Arc<StreamEvent>, bytes: usize) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        PUBLISHED.fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
+        self.published = true;
+        if !self.based {
+            PUBLISHED.fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(tap) = &self.tap {
+            tap.push(seq, event.clone());
+        }
         self.entries.push_back(Entry { seq, bytes, event });
         self.bytes += bytes;
         let max_bytes = if self.subscribers == 0 {
@@ -337,6 +459,15 @@ impl Ring {
     }
 }
 
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Its writer ends once it has written what is pending.
+        if let Some(tap) = self.tap.take() {
+            tap.close();
+        }
+    }
+}
+
 impl EventSink for EventBus {
     fn emit(&self, event: StreamEvent) {
         self.publish(event);
@@ -350,6 +481,7 @@ pub(crate) struct Subscription {
 }
 
 enum Read {
+    Retired,
     Event(u64, Arc<StreamEvent>),
     /// How many sequence numbers were skipped, and the last of them.
     Lagged(u64, u64),
@@ -376,6 +508,7 @@ impl Subscription {
                 ring.cursors[self.slot] = Some(cursor + 1);
                 Read::Event(cursor, event)
             }
+            None if ring.retired => Read::Retired,
             // Caught up: if this subscriber held a compaction back, it can run now.
             None if ring.blocker == Some(self.slot) => Read::Empty(ring.compact()),
             None => Read::Empty(Vec::new()),
@@ -395,6 +528,19 @@ impl Subscription {
     /// # Cancel safety
     /// Cancel safe: the cursor only moves when an event is returned.
     pub(crate) async fn next_sequenced(&mut self) -> SequencedEvent {
+        match self.next_or_retired().await {
+            Some(event) => event,
+            // A retired bus publishes nothing more; these readers wait as they always did.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The next event (or a lag notice) with its sequence number; `None` once the bus is retired
+    /// and everything it published was read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the cursor only moves when an event is returned.
+    pub(crate) async fn next_or_retired(&mut self) -> Option<SequencedEvent> {
         loop {
             // Register for a wake-up before looking, so a publish between the look and the wait is seen.
             let bus = self.bus.clone();
@@ -402,12 +548,13 @@ impl Subscription {
             tokio::pin!(notified);
             notified.as_mut().enable();
             match self.try_read() {
-                Read::Event(seq, event) => return SequencedEvent { seq, event },
+                Read::Retired => return None,
+                Read::Event(seq, event) => return Some(SequencedEvent { seq, event }),
                 Read::Lagged(skipped, seq) => {
-                    return SequencedEvent {
+                    return Some(SequencedEvent {
                         seq,
                         event: Arc::new(StreamEvent::Lagged { skipped }),
-                    };
+                    });
                 }
                 Read::Empty(compacted) => {
                     drop(compacted);

@@ -20,13 +20,14 @@
 //! its checkpoint does not list as taken); the other unsettled messages are queued in order.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::DeliveryMode;
 use super::runner::Message;
-use crate::adapter::durable::{Commit, Lease, LeaseRequest, LogEntry, SeqConflict};
+use crate::adapter::durable::{Commit, DurableStore, Lease, LeaseRequest, LogEntry, SeqConflict};
 use crate::checkpoint::{Base, Durability, now_ms, parse, read_items, renew_if_due, to_bytes};
 use crate::item::Item;
 use crate::usage::Spend;
@@ -181,6 +182,18 @@ pub(crate) struct LoadedThread {
     pub(crate) resume: Option<ResumeTurn>,
     pub(crate) spend: Spend,
     pub(crate) last: Option<LastRecord>,
+    /// With an event log: where its writer starts.
+    pub(crate) events: Option<EventsStart>,
+}
+
+/// Where a driving host's event log writer starts.
+pub(crate) struct EventsStart {
+    pub(crate) store: Arc<dyn DurableStore>,
+    /// The log's next sequence number.
+    pub(crate) next: u64,
+    /// The thread's lease, which every append is fenced by.
+    pub(crate) fence: crate::adapter::durable::Fence,
+    pub(crate) options: super::EventLogOptions,
 }
 
 /// The turn a crash interrupted.
@@ -353,7 +366,19 @@ impl ThreadJournal {
                 None
             }
         };
+        let events = match durability.event_log {
+            Some(options) => Some(EventsStart {
+                store: store.clone(),
+                next: store
+                    .next_seq(&super::event_log::events_log(thread_id))
+                    .await?,
+                fence: lease.fence(),
+                options,
+            }),
+            None => None,
+        };
         Ok(LoadedThread {
+            events,
             history,
             queue,
             resume,

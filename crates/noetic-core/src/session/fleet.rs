@@ -149,6 +149,7 @@ impl Drive {
                 thread_id = %session.thread_id,
                 "a turn's end was not recorded; the thread is let go to be read back"
             );
+            session.finish_events().await;
             self.sessions.remove(session);
             journal.release(&writer).await;
             return Some(LetGo::Failed);
@@ -169,12 +170,14 @@ impl Drive {
                 }
                 Err(error) => {
                     tracing::error!(thread_id = %session.thread_id, %error, "could not let the thread go");
+                    session.finish_events().await;
                     self.sessions.remove(session);
                     journal.release(&writer).await;
                     return Some(LetGo::Failed);
                 }
             }
         }
+        session.finish_events().await;
         self.sessions.remove(session);
         journal.release(&writer).await;
         Some(LetGo::Released)

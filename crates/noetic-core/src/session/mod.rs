@@ -18,6 +18,7 @@
 mod api;
 mod bus;
 mod durable;
+mod event_log;
 mod fleet;
 mod last;
 mod runner;
@@ -35,6 +36,8 @@ pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
 pub use durable::StoredThread;
 pub(crate) use durable::{accept_shared, read_stored, threads_with_work};
+pub use event_log::EventLogOptions;
+pub(crate) use event_log::{Follow, follow};
 pub(crate) use fleet::{Drive, LetGo, THREAD_LEASES, thread_of};
 pub(crate) use runner::Message;
 pub use sessions::DEFAULT_SESSION_IDLE_TTL;

@@ -97,6 +97,7 @@ impl Sessions {
     pub(super) fn remove(&self, session: &Arc<Session>) {
         let mut map = self.map();
         session.state().evicted = true;
+        session.retire();
         if map
             .get(&session.thread_id)
             .is_some_and(|resident| Arc::ptr_eq(resident, session))
@@ -142,6 +143,8 @@ impl Sessions {
                 state.evicted = true;
                 map.remove(&session.thread_id);
             }
+            session.retire();
+            session.finish_events().await;
             journal.release(&writer).await;
             evicted += 1;
         }

@@ -9,6 +9,7 @@
 
 mod approval_restarts;
 mod errors;
+mod event_log;
 mod fleet;
 mod ledger;
 mod resume;

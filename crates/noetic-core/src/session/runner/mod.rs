@@ -14,6 +14,7 @@ use super::DeliveryMode;
 use super::api::{HarnessResponse, SessionStatus};
 use super::bus::{EventBus, Limits, Replay, Subscription};
 use super::durable::{FailedTurn, LastRecord, LoadedThread, ResumeTurn, ThreadJournal, TurnEnd};
+use super::event_log::EventTap;
 use super::last::LastTurn;
 use crate::context::Context;
 use crate::context::SteerInbox;
@@ -61,6 +62,10 @@ pub(crate) struct Session {
     pub(super) loading: tokio::sync::Mutex<()>,
     /// Wakes the host driving a shared thread to look for messages other hosts accepted.
     pub(super) inbox_wake: tokio::sync::Notify,
+    /// With an event log, on the host driving the thread: where its bus's events go to be written.
+    event_tap: Mutex<Option<Arc<EventTap>>>,
+    /// Whether a task relays the thread's event log to its bus (a thread another host drives).
+    pub(super) relaying: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -107,7 +112,38 @@ impl Session {
             journal: OnceLock::new(),
             loading: tokio::sync::Mutex::new(()),
             inbox_wake: tokio::sync::Notify::new(),
+            event_tap: Mutex::new(None),
+            relaying: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The thread's event bus.
+    pub(super) fn bus(&self) -> &Arc<EventBus> {
+        &self.bus
+    }
+
+    /// Where the bus's events go to be written (the host driving a thread with an event log).
+    pub(super) fn event_tap(&self) -> Option<Arc<EventTap>> {
+        crate::sync::lock(&self.event_tap).clone()
+    }
+
+    /// Writes out what is left of the event log and stops writing it (before the thread's lease is
+    /// released: the next host to drive it reads the log's end), bounded by
+    /// [`super::event_log::FLUSH_BOUND`].
+    pub(super) async fn finish_events(&self) {
+        let Some(tap) = crate::sync::lock(&self.event_tap).take() else {
+            return;
+        };
+        self.bus.set_tap(None);
+        tap.close();
+        if !tap.flush(super::event_log::FLUSH_BOUND).await {
+            tracing::warn!(thread_id = %self.thread_id, "event log not flushed before letting go");
+        }
+    }
+
+    /// Marks the session gone from the harness's map: its readers look the thread up again.
+    pub(super) fn retire(&self) {
+        self.bus.retire();
     }
 
     /// Takes what was read back of the thread (the first time a durable harness touches it).
@@ -119,7 +155,20 @@ impl Session {
             resume,
             spend,
             last,
+            events,
         } = loaded;
+        if let Some(start) = events {
+            self.bus.rebase(start.next);
+            let tap = EventTap::start(
+                start.store,
+                &self.thread_id,
+                self.bus.next_seq(),
+                start.fence,
+                start.options,
+            );
+            self.bus.set_tap(Some(tap.clone()));
+            *crate::sync::lock(&self.event_tap) = Some(tap);
+        }
         let mut state = self.state();
         // A history seeded in memory before the first durable use stays (the first turn records it).
         if !(state.seeded && history.is_empty()) {
@@ -274,6 +323,11 @@ impl Session {
 
     pub(crate) fn subscribe(&self, replay: Replay) -> Subscription {
         self.bus.subscribe(replay)
+    }
+
+    /// A subscription whose first event is number `next` (see [`EventBus::subscribe_at`]).
+    pub(crate) fn subscribe_at(&self, next: u64) -> Subscription {
+        self.bus.subscribe_at(next)
     }
 
     /// Whether the thread ever had a message accepted or its history seeded.
