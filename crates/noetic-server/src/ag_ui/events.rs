@@ -495,3 +495,121 @@ pub(crate) fn custom(kind: &str, value: Value) -> Event {
         value,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use noetic_core::model::ReasoningKind;
+
+    use super::*;
+
+    fn kinds(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|event| serde_json::to_value(event).unwrap()["type"].to_string())
+            .map(|kind| kind.trim_matches('"').to_owned())
+            .collect()
+    }
+
+    fn model_call() -> StreamEvent {
+        StreamEvent::Framework(FrameworkEvent::ModelCallStarted {
+            round: 0,
+            message_count: 1,
+            tool_count: 0,
+            recovery_continuation: false,
+        })
+    }
+
+    #[test]
+    fn reasoning_is_a_span_with_one_message_and_everything_open_closes_at_the_end() {
+        let mut translator = Translator::new("turn");
+        let mut out = Vec::new();
+        for event in [
+            model_call(),
+            StreamEvent::Sdk(ResponseEvent::ReasoningDelta {
+                kind: ReasoningKind::Summary,
+                output_index: 0,
+                part_index: 0,
+                delta: "hmm".to_owned(),
+            }),
+            StreamEvent::Sdk(ResponseEvent::OutputTextDelta {
+                output_index: 1,
+                content_index: 0,
+                delta: "cut".to_owned(),
+            }),
+            StreamEvent::Sdk(ResponseEvent::FunctionCallArgumentsDone {
+                output_index: 2,
+                arguments: "{}".to_owned(),
+            }),
+        ] {
+            translator.event(&event, "agent", &mut out);
+        }
+        translator.start_call("c", "echo", &mut out);
+        translator.close_all(&mut out);
+        translator.close_all(&mut out);
+        assert_eq!(
+            kinds(&out),
+            [
+                "STEP_STARTED",
+                "REASONING_START",
+                "REASONING_MESSAGE_START",
+                "REASONING_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TOOL_CALL_START",
+                "REASONING_MESSAGE_END",
+                "REASONING_END",
+                "TEXT_MESSAGE_END",
+                "TOOL_CALL_END",
+                "STEP_FINISHED"
+            ]
+        );
+        let json = serde_json::to_value(&out[2]).unwrap();
+        assert_eq!(
+            json,
+            json!({"type": "REASONING_MESSAGE_START", "messageId": "turn-reasoning-1-0", "role": "reasoning"})
+        );
+    }
+
+    #[test]
+    fn a_call_without_streamed_arguments_sends_them_whole_and_events_serialize_as_ag_ui() {
+        let mut translator = Translator::new("t");
+        let mut out = Vec::new();
+        let call = StreamEvent::Framework(FrameworkEvent::ApprovalRequested {
+            approval_id: "ap".to_owned(),
+            call_id: "c".to_owned(),
+            tool: "echo".to_owned(),
+            arguments: json!({"text": "x"}),
+        });
+        translator.event(&call, "agent", &mut out);
+        translator.event(
+            &StreamEvent::Framework(FrameworkEvent::ToolRoundStarted {
+                round: 0,
+                tool_count: 1,
+            }),
+            "agent",
+            &mut out,
+        );
+        let out: Vec<Value> = out
+            .iter()
+            .map(|event| serde_json::to_value(event).unwrap())
+            .collect();
+        assert_eq!(
+            out,
+            [
+                json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "echo"}),
+                json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{\"text\":\"x\"}"}),
+                json!({"type": "TOOL_CALL_END", "toolCallId": "c"}),
+                json!({"type": "CUSTOM", "name": "noetic.tool_round_started", "value": {"round": 0, "tool_count": 1}}),
+            ]
+        );
+        let finished = Event::RunFinished {
+            thread_id: "th".to_owned(),
+            run_id: "r".to_owned(),
+            outcome: Some(Outcome::Cancelled),
+        };
+        assert_eq!(
+            frame(&finished),
+            "data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"th\",\"runId\":\"r\",\"outcome\":{\"type\":\"cancelled\"}}\n\n"
+        );
+    }
+}
