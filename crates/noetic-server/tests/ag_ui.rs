@@ -248,6 +248,7 @@ async fn a_text_run_streams_run_started_the_message_and_run_finished() {
     // The same run sent again (a retry): nothing runs twice, the run just ends.
     let again = run(&served, &body).await;
     assert_eq!(shape(&again), ["RUN_STARTED", "RUN_FINISHED"]);
+    assert_eq!(again[0]["metadata"], json!({}), "no turn to follow");
     assert_eq!(model.request_count(), 1);
 }
 

@@ -24,7 +24,7 @@ pub(crate) enum Event {
     RunStarted {
         thread_id: String,
         run_id: String,
-        /// `{"turnId"}`: the noetic turn the run follows.
+        /// `{"turnId"}`: the noetic turn the run follows (`{}` when it found none).
         metadata: Value,
     },
     RunFinished {

@@ -51,7 +51,7 @@ impl AgUi {
             out.push_back(frame(&Event::RunStarted {
                 thread_id: self.thread_id.clone(),
                 run_id: self.run_id.clone(),
-                metadata: json!({"turnId": turn}),
+                metadata: turn.map_or_else(|| json!({}), |turn| json!({"turnId": turn})),
             }));
         }
     }
