@@ -1,5 +1,6 @@
 //! `cargo xtask e2e [NODE-ARGS]...`: the end-to-end tests of `noetic serve` in `e2e/tests/` (the web
-//! page in headless Chromium, the AI SDK wire parsed by the `ai` package), run by `node --test`.
+//! page in headless Chromium, the AI SDK wire parsed by the `ai` package, the AG-UI wire run by
+//! `@ag-ui/client`'s `HttpAgent`), run by `node --test`.
 //!
 //! It installs what the tests need, each step bounded by a timeout that kills it (and everything it
 //! started: each step runs in a process group of its own):

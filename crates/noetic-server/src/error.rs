@@ -40,6 +40,10 @@ pub const CODES: &[(&str, &str)] = &[
         "An abort of a thread with no turn running (409).",
     ),
     (
+        "SERVER_INTERRUPT_PENDING",
+        "An AG-UI run brought a new message while the thread waits for tool approvals (`RUN_ERROR`): answer the open interrupts in the next run's `resume` first.",
+    ),
+    (
         "SERVER_SHUTTING_DOWN",
         "The server is stopping and takes no new message (503).",
     ),

@@ -10,6 +10,9 @@
 //!   approvals listed and decided, status, history, health and info;
 //! - the AI SDK UI message stream (`POST /v1/ai-sdk/chat`, `GET /v1/ai-sdk/chat/{id}/stream`), so
 //!   `useChat` with `DefaultChatTransport` works against it unchanged;
+//! - AG-UI (`POST /v1/ag-ui`: a `RunAgentInput` in, the run's events out as SSE), so `@ag-ui/client`'s
+//!   `HttpAgent` and CopilotKit work against it; a tool approval ends the run with an `interrupt`
+//!   outcome and the next run's `resume` answers it;
 //! - a web page at `/` (one embedded HTML file) to chat with the harness.
 //!
 //! Secure by default: the `Host` header must name an allowed host (loopback names unless told
@@ -31,9 +34,11 @@
 //! # Ok(()) }
 //! ```
 
+mod ag_ui;
 mod ai_sdk;
 mod config;
 mod error;
+mod follow;
 mod native;
 mod page;
 mod security;
@@ -95,7 +100,9 @@ impl NoeticServer {
     /// The routes, guarded (host, origin, token), limited, with CORS for allowed origins.
     pub fn router(&self) -> Router {
         let config = &self.state.config;
-        let mut router = native::routes().merge(ai_sdk::routes());
+        let mut router = native::routes()
+            .merge(ai_sdk::routes())
+            .merge(ag_ui::routes());
         if config.page {
             router = router.merge(page::routes());
         }

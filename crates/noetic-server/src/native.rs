@@ -76,7 +76,7 @@ async fn info(State(state): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({
         "name": state.harness.name(),
         "version": env!("CARGO_PKG_VERSION"),
-        "adapters": ["native", "ai-sdk"],
+        "adapters": ["native", "ai-sdk", "ag-ui"],
         "auth": state.config.token.is_some(),
         "limits": {
             "max_body_bytes": state.config.max_body_bytes,

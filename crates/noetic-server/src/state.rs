@@ -172,6 +172,13 @@ impl AppState {
         });
     }
 
+    /// Whether `message_id` was accepted on `thread_id` (among the ids a thread remembers).
+    pub(crate) fn accepted(&self, thread_id: &str, message_id: &str) -> bool {
+        self.threads()
+            .get(thread_id)
+            .is_some_and(|entry| entry.ids.contains(message_id))
+    }
+
     /// Records `message_id` as accepted on `thread_id`; `false` when it already was (a retried POST).
     pub(crate) fn first_time(&self, thread_id: &str, message_id: &str) -> bool {
         let mut threads = self.threads();

@@ -9,6 +9,8 @@ use noetic_core::item::Item;
 use noetic_core::{FrameworkEvent, ResponseEvent, StreamEvent};
 use serde_json::{Value, json};
 
+use crate::follow::event_data;
+
 /// An output item of the model call in progress, by its output index.
 enum Open {
     /// A message: one text part, opened at its first text.
@@ -327,12 +329,6 @@ impl Translator {
             other => out.push(data_part(other.event_type(), data)),
         }
     }
-}
-
-/// A framework event's `data`, as the native stream shows it.
-fn event_data(event: &FrameworkEvent, harness: &str) -> Value {
-    let mut json = StreamEvent::Framework(event.clone()).to_json(harness);
-    json.get_mut("data").map(Value::take).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]

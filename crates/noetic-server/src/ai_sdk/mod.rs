@@ -34,9 +34,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::follow::{self, Target};
 use crate::native::{MessageInput, accept, check_thread_id, json_body, message_input};
 use crate::state::AppState;
-use stream::{Plan, Target};
+use stream::Plan;
 
 pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -110,15 +111,14 @@ async fn submit(
         return Err(ApiError::bad_request("the last message has no text part"));
     }
     let input = message_input(MessageInput::Text(text), state.config.max_message_bytes)?;
-    let scope = Scope::thread(thread_id.to_owned());
     // Subscribed before the message is accepted: its turn cannot start unseen.
-    let events = state.harness.sequenced_events(scope.clone(), Replay::None);
+    let events = follow::subscribe(state, thread_id, Replay::None);
     let message_id = (!message.id.is_empty()).then_some(message.id);
     let (status, message_id, _) = accept(state, thread_id, input, message_id, None, None).await?;
     let events = if status == StatusCode::OK {
         // A retried POST: its message's turn may already run (or be over).
         drop(events);
-        state.harness.sequenced_events(scope, Replay::CurrentTurn)
+        follow::subscribe(state, thread_id, Replay::CurrentTurn)
     } else {
         events
     };
@@ -163,9 +163,7 @@ async fn answer_approvals(
     }
     state.known(thread_id).await?;
     // Subscribed before deciding: the turn goes on as soon as it has its answer.
-    let events = state
-        .harness
-        .sequenced_events(Scope::thread(thread_id.to_owned()), Replay::CurrentTurn);
+    let events = follow::subscribe(state, thread_id, Replay::CurrentTurn);
     let harness = &state.harness;
     let mut decided = HashSet::new();
     for (id, approved, reason) in answers {
@@ -211,7 +209,7 @@ async fn resume(
     if matches!(state.harness.status(scope.clone()), SessionStatus::Idle) {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let events = state.harness.sequenced_events(scope, Replay::CurrentTurn);
+    let events = follow::subscribe(&state, &thread_id, Replay::CurrentTurn);
     let plan = Plan {
         target: Target::Current,
         message_id: None,

@@ -134,7 +134,7 @@ pub(crate) struct SseReader {
 }
 
 impl SseReader {
-    fn new(response: reqwest::Response) -> Self {
+    pub(crate) fn new(response: reqwest::Response) -> Self {
         SseReader {
             body: response.bytes_stream().boxed(),
             buffer: String::new(),
