@@ -54,6 +54,10 @@ options:
   --storage sqlite:PATH     (run, resume, chat) record durably in a SQLite file: `run` prints
                             `execution: ID` on stderr before the first model request; `chat` keeps
                             its --thread across restarts, first finishing a turn a crash cut
+  --storage postgres://URL  (serve) run as one of many identical hosts sharing the PostgreSQL database
+                            at URL: each accepts messages for every thread and runs turns (unless
+                            --accept-only); clients see a turn live from any host
+  --accept-only             (serve, with postgres) accept and stream, but run no turns here
   --lease-ttl-ms N          (run, resume, chat) how long the execution's or thread's lease lasts
                             unless renewed (default 30000)
   --drain-ms N              (run, chat) on SIGTERM or SIGINT, let model rounds in flight finish for up to
@@ -121,6 +125,10 @@ pub(crate) struct Options {
     pub(crate) shell_env: Vec<String>,
     /// `--storage sqlite:PATH`: the SQLite file of a durable run.
     pub(crate) storage: Option<std::path::PathBuf>,
+    /// `--storage postgres://…` (serve): the database the hosts of a fleet share.
+    pub(crate) postgres: Option<String>,
+    /// `--accept-only` (serve, with postgres): run no turns on this host.
+    pub(crate) accept_only: bool,
     pub(crate) lease_ttl: Option<Duration>,
     /// `--drain-ms N`: how long a signal lets the model rounds in flight finish.
     pub(crate) drain: Option<Duration>,
@@ -280,12 +288,19 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
             }
             "--approve-all" => options.approve_all = true,
             "--jsonl" => jsonl = true,
+            "--accept-only" => options.accept_only = true,
             "--storage" => {
                 let raw = value("--storage")?;
+                if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+                    options.postgres = Some(raw);
+                    continue;
+                }
                 let path = raw
                     .strip_prefix("sqlite:")
                     .filter(|path| !path.is_empty())
-                    .ok_or_else(|| format!("--storage must be sqlite:PATH, not `{raw}`"))?;
+                    .ok_or_else(|| {
+                        format!("--storage must be sqlite:PATH or postgres://URL, not `{raw}`")
+                    })?;
                 options.storage = Some(path.into());
             }
             "--lease-ttl-ms" => {
@@ -381,6 +396,14 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         && (options.storage.is_some() || options.lease_ttl.is_some())
     {
         return Err("--storage and --lease-ttl-ms apply to run, resume and chat".to_owned());
+    }
+    if !matches!(command, Command::Serve { .. }) && options.postgres.is_some() {
+        return Err("--storage postgres://URL applies to serve only".to_owned());
+    }
+    if options.accept_only && options.postgres.is_none() {
+        return Err(
+            "--accept-only needs --storage postgres://URL (hosts sharing threads)".to_owned(),
+        );
     }
     if let Some(extra) = positional.next() {
         return Err(format!("unexpected argument `{extra}`"));

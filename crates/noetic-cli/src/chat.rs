@@ -343,7 +343,7 @@ pub(crate) async fn chat(flow: &str, jsonl: bool, options: &Options) -> Result<(
     let setup = match &options.storage {
         Some(path) => {
             let store = noetic_storage_sqlite::SqliteStorage::open(path).await?;
-            setup_document(flow, &read(flow)?, options, Some(store)).await?
+            setup_document(flow, &read(flow)?, options, Some(store.into())).await?
         }
         None => setup(flow, options).await?,
     };

@@ -43,7 +43,7 @@ pub(crate) async fn run(
     let document = read(flow)?;
     let store = open(options).await?;
     let metadata = json!({ FLOW: flow, DOCUMENT: document.to_value() });
-    let setup = setup_document(flow, &document, options, Some(store)).await?;
+    let setup = setup_document(flow, &document, options, Some(store.into())).await?;
     let printer = Printer::new(&setup, options);
     let mut context = ContextOptions::new()
         .metadata(metadata)
@@ -127,7 +127,7 @@ pub(crate) async fn resume(execution_id: &str, options: &Options) -> Result<(), 
     let document =
         noetic_core::workflow::WorkflowDocument::from_value(record.metadata[DOCUMENT].clone())
             .map_err(|error| Failure::Usage(format!("{flow}: error[{}]: {error}", error.code())))?;
-    let setup = setup_document(&flow, &document, options, Some(store)).await?;
+    let setup = setup_document(&flow, &document, options, Some(store.into())).await?;
     let printer = Printer::new(&setup, options);
     let ctx = setup
         .harness

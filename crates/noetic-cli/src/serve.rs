@@ -3,13 +3,14 @@
 
 use std::net::SocketAddr;
 
+use noetic_core::ServeOptions;
 use noetic_server::{NoeticServer, ServeConfig, Token};
 use serde_json::json;
 
 use crate::Failure;
 use crate::args::Options;
 use crate::signals::Signals;
-use crate::workflow::{read, setup_document};
+use crate::workflow::{Durable, read, setup_document};
 
 /// Where `serve` listens unless `--listen` says otherwise.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -56,13 +57,17 @@ pub(crate) async fn serve(flow: &str, options: &Options) -> Result<(), Failure> 
         config = config.max_queue(queue);
     }
     let document = read(flow)?;
-    let setup = match &options.storage {
-        Some(path) => {
-            let store = noetic_storage_sqlite::SqliteStorage::open(path).await?;
-            setup_document(flow, &document, options, Some(store)).await?
-        }
-        None => setup_document(flow, &document, options, None).await?,
+    let durable = match (&options.storage, &options.postgres) {
+        (Some(path), _) => Some(Durable::Sqlite(
+            noetic_storage_sqlite::SqliteStorage::open(path).await?,
+            true,
+        )),
+        (None, Some(url)) => Some(Durable::Postgres(
+            noetic_storage_postgres::PostgresStorage::connect(url).await?,
+        )),
+        (None, None) => None,
     };
+    let setup = setup_document(flow, &document, options, durable).await?;
     let harness = setup.harness.clone();
     if options.storage.is_some() {
         // Turns a crash cut short, and messages no turn took, run again before anything new.
@@ -77,7 +82,7 @@ pub(crate) async fn serve(flow: &str, options: &Options) -> Result<(), Failure> 
     let bound = listener
         .local_addr()
         .map_err(|error| Failure::Usage(format!("--listen {listen}: {error}")))?;
-    let server = NoeticServer::new(harness, config);
+    let server = NoeticServer::new(harness.clone(), config);
     match (&token, generated) {
         (Some(token), true) => eprintln!(
             "listening on http://{bound}/ (token generated for this run, shown once: open http://{bound}/#token={})",
@@ -86,13 +91,51 @@ pub(crate) async fn serve(flow: &str, options: &Options) -> Result<(), Failure> 
         (Some(_), false) => eprintln!("listening on http://{bound}/ (bearer token required)"),
         (None, _) => eprintln!("listening on http://{bound}/"),
     }
+    // A host of a fleet also runs turns (unless --accept-only): claimed from the shared store,
+    // drained and let go on the signal, for another host to carry on.
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let fleet = (options.postgres.is_some() && !options.accept_only).then(|| {
+        let harness = harness.clone();
+        let mut stopped = stopped.clone();
+        let mut serve_options = ServeOptions::default();
+        if let Some(drain) = options.drain {
+            serve_options = serve_options.drain(drain);
+        }
+        tokio::spawn(async move {
+            harness
+                .serve(
+                    async move {
+                        let _ = stopped.wait_for(|stop| *stop).await;
+                    },
+                    serve_options,
+                )
+                .await
+        })
+    });
     let stop = async move {
         signals.next().await;
+        let _ = stopping.send(true);
     };
     let report = server
         .serve(listener, stop, options.drain)
         .await
         .map_err(|error| Failure::Usage(format!("serving on {bound}: {error}")))?;
+    if let Some(fleet) = fleet {
+        match fleet.await {
+            Ok(Ok(report)) => eprintln!(
+                "fleet: {}",
+                json!({
+                    "claimed": report.claimed,
+                    "released": report.released,
+                    "lost": report.lost,
+                    "failed": report.failed,
+                    "abandoned": report.abandoned,
+                })
+            ),
+            Ok(Err(error)) => eprintln!("fleet: error[{}]: {error}", error.code()),
+            Err(error) => eprintln!("fleet: {error}"),
+        }
+    }
     for (thread, drain) in &report.drained {
         eprintln!("drain: {}", json!({"thread_id": thread, "report": drain}));
     }

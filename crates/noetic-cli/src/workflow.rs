@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use noetic_acp::AcpClient;
 use noetic_core::acp::AcpAgentCommand;
 use noetic_core::workflow::ConnectionKind;
-use noetic_core::{AgentHarness, CallModelDefaults, Environment, Error, ToolSource};
+use noetic_core::{
+    AgentHarness, CallModelDefaults, Environment, Error, EventLogOptions, ToolSource,
+};
 use noetic_mcp::{McpCommand, McpServer};
 use noetic_platform_unix::{LocalFs, LocalShell};
 use serde_json::Value;
@@ -266,13 +268,28 @@ pub(crate) async fn setup(flow: &str, options: &Options) -> Result<Setup, Failur
     setup_document(flow, &document, options, None).await
 }
 
+/// Where a harness records durably.
+pub(crate) enum Durable {
+    /// One SQLite file, this process's alone; with an event log (`serve`: clients resume their
+    /// streams across restarts) or without.
+    Sqlite(noetic_storage_sqlite::SqliteStorage, bool),
+    /// One PostgreSQL database whose threads this host shares with the others (`serve`).
+    Postgres(noetic_storage_postgres::PostgresStorage),
+}
+
+impl From<noetic_storage_sqlite::SqliteStorage> for Durable {
+    fn from(store: noetic_storage_sqlite::SqliteStorage) -> Self {
+        Durable::Sqlite(store, false)
+    }
+}
+
 /// Validates and hydrates `document` (read from `flow`, which names it in errors), and builds a harness
 /// running it on the chosen provider, durable on `durable` when given.
 pub(crate) async fn setup_document(
     flow: &str,
     document: &WorkflowDocument,
     options: &Options,
-    durable: Option<noetic_storage_sqlite::SqliteStorage>,
+    durable: Option<Durable>,
 ) -> Result<Setup, Failure> {
     let (environment, fs_root) = environment(options)?;
     let agents = acp_agents(options)?;
@@ -321,8 +338,14 @@ pub(crate) async fn setup_document(
             .call_model_defaults(defaults)
             .workflow_registry(registry)
             .environment(environment);
-    if let Some(store) = durable {
-        builder = builder.durable(store);
+    match durable {
+        Some(Durable::Sqlite(store, event_log)) => {
+            builder = builder
+                .durable(store)
+                .event_log(event_log.then(EventLogOptions::default));
+        }
+        Some(Durable::Postgres(store)) => builder = builder.durable(store).shared_threads(),
+        None => {}
     }
     // Idle until an `acp-agent` node runs: no process is started before.
     let acp = AcpClient::new();

@@ -39,6 +39,17 @@ pub enum FrameworkEvent {
         /// The ids of the messages the turn answers, in order.
         message_ids: Vec<String>,
     },
+    /// A session turn cut short where it ran (its host crashed, was killed, or lost the thread's
+    /// lease) goes on here, from its last checkpoint: what it streamed after that checkpoint (the
+    /// model round in flight: its text deltas) is void and streams again after this event. Starts
+    /// the turn on the bus as [`FrameworkEvent::TurnStarted`] does; its messages' items are not
+    /// announced again.
+    RoundRestarted {
+        /// The turn's id (the same as its `turn_started`'s).
+        turn_id: String,
+        /// The ids of the messages the turn answers, in order.
+        message_ids: Vec<String>,
+    },
     /// A session turn finished successfully.
     TurnCompleted {
         /// The turn's id.
@@ -294,6 +305,7 @@ impl FrameworkEvent {
     pub fn kind(&self) -> FrameworkEventKind {
         match self {
             FrameworkEvent::TurnStarted { .. } => FrameworkEventKind::TurnStarted,
+            FrameworkEvent::RoundRestarted { .. } => FrameworkEventKind::RoundRestarted,
             FrameworkEvent::TurnCompleted { .. } => FrameworkEventKind::TurnCompleted,
             FrameworkEvent::TurnAborted { .. } => FrameworkEventKind::TurnAborted,
             FrameworkEvent::DrainStarted { .. } => FrameworkEventKind::DrainStarted,
@@ -341,6 +353,8 @@ impl FrameworkEvent {
 pub enum FrameworkEventKind {
     /// `turn_started`: [`FrameworkEvent::TurnStarted`].
     TurnStarted,
+    /// `round_restarted`: [`FrameworkEvent::RoundRestarted`].
+    RoundRestarted,
     /// `turn_completed`: [`FrameworkEvent::TurnCompleted`].
     TurnCompleted,
     /// `turn_aborted`: [`FrameworkEvent::TurnAborted`].
@@ -403,6 +417,7 @@ impl FrameworkEventKind {
     /// Every kind, in declaration order.
     pub const ALL: &'static [FrameworkEventKind] = &[
         FrameworkEventKind::TurnStarted,
+        FrameworkEventKind::RoundRestarted,
         FrameworkEventKind::TurnCompleted,
         FrameworkEventKind::TurnAborted,
         FrameworkEventKind::SteerApplied,
@@ -437,6 +452,7 @@ impl FrameworkEventKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FrameworkEventKind::TurnStarted => "turn_started",
+            FrameworkEventKind::RoundRestarted => "round_restarted",
             FrameworkEventKind::TurnCompleted => "turn_completed",
             FrameworkEventKind::TurnAborted => "turn_aborted",
             FrameworkEventKind::SteerApplied => "steer_applied",

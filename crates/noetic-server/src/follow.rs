@@ -234,8 +234,10 @@ impl<W: Wire> Driver<W> {
             return;
         };
         match event {
-            StreamEvent::Framework(FrameworkEvent::TurnStarted { turn_id, .. })
-                if *turn_id != turn =>
+            StreamEvent::Framework(
+                FrameworkEvent::TurnStarted { turn_id, .. }
+                | FrameworkEvent::RoundRestarted { turn_id, .. },
+            ) if *turn_id != turn =>
             {
                 self.end(End::Unknown);
             }
@@ -267,10 +269,16 @@ impl<W: Wire> Driver<W> {
         match (&self.target, event) {
             (
                 _,
-                StreamEvent::Framework(FrameworkEvent::TurnStarted {
-                    turn_id,
-                    message_ids,
-                }),
+                StreamEvent::Framework(
+                    FrameworkEvent::TurnStarted {
+                        turn_id,
+                        message_ids,
+                    }
+                    | FrameworkEvent::RoundRestarted {
+                        turn_id,
+                        message_ids,
+                    },
+                ),
             ) => {
                 self.last_turn = Some(turn_id.clone());
                 let ours = match &self.target {

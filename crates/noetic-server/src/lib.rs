@@ -140,12 +140,19 @@ impl NoeticServer {
     /// `Last-Event-ID`), and the turns running on the threads this server has seen are aborted —
     /// after letting their model rounds in flight finish for up to `drain` when given. A turn
     /// waiting for a person's approval is left parked: with a durable store it is read back, still
-    /// waiting, by the next run of the server; without one it ends with the process.
+    /// waiting, by the next run of the server; without one it ends with the process. On a harness
+    /// sharing its threads with other hosts nothing is aborted: its `serve` loop drains and lets
+    /// threads go, and the other hosts carry on.
     pub async fn stop(&self, drain: Option<Duration>) -> StopReport {
         self.state.close();
         self.state.shutdown.cancel();
         let harness = &self.state.harness;
         let mut report = StopReport::default();
+        if harness.shares_threads() {
+            // A host of a fleet aborts nothing: `AgentHarness::serve` drains its turns and lets
+            // their threads go, and another host carries on with what is left.
+            return report;
+        }
         let running: Vec<String> = self
             .state
             .thread_ids()

@@ -95,6 +95,12 @@ impl AgentHarness {
         self.inner.runtime.name()
     }
 
+    /// Whether its threads are shared with other hosts
+    /// ([`AgentHarnessBuilder::shared_threads`](crate::AgentHarnessBuilder::shared_threads)).
+    pub fn shares_threads(&self) -> bool {
+        self.inner.shared_threads
+    }
+
     /// The typed params given to the builder, when they are a `P`.
     pub fn params<P: Any + Send + Sync>(&self) -> Option<&P> {
         self.inner.runtime.params::<P>()

@@ -231,7 +231,9 @@ impl EventBus {
     pub(crate) fn relay(&self, seq: u64, event: StreamEvent) {
         let bytes = approx_bytes(&event);
         let boundary = match &event {
-            StreamEvent::Framework(FrameworkEvent::TurnStarted { .. }) => Some(true),
+            StreamEvent::Framework(
+                FrameworkEvent::TurnStarted { .. } | FrameworkEvent::RoundRestarted { .. },
+            ) => Some(true),
             StreamEvent::Framework(
                 FrameworkEvent::TurnCompleted { .. } | FrameworkEvent::TurnAborted { .. },
             ) => Some(false),
@@ -658,6 +660,10 @@ fn approx_framework_bytes(event: &FrameworkEvent) -> usize {
                 arguments,
             } => approval_id.len() + call_id.len() + tool.len() + value_bytes(arguments),
             FrameworkEvent::TurnStarted {
+                turn_id,
+                message_ids,
+            }
+            | FrameworkEvent::RoundRestarted {
                 turn_id,
                 message_ids,
             } => turn_id.len() + message_ids.iter().map(|id| id.len() + 24).sum::<usize>(),

@@ -193,10 +193,16 @@ impl<T> SessionChunk<T> {
     /// The chunk a turn boundary or a lag notice becomes; `None` for any other event.
     fn boundary(event: &StreamEvent) -> Option<Self> {
         match event {
-            StreamEvent::Framework(FrameworkEvent::TurnStarted {
-                turn_id,
-                message_ids,
-            }) => Some(SessionChunk::TurnStarted {
+            StreamEvent::Framework(
+                FrameworkEvent::TurnStarted {
+                    turn_id,
+                    message_ids,
+                }
+                | FrameworkEvent::RoundRestarted {
+                    turn_id,
+                    message_ids,
+                },
+            ) => Some(SessionChunk::TurnStarted {
                 turn_id: turn_id.clone(),
                 message_ids: message_ids.clone(),
             }),

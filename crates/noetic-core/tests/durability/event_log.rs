@@ -9,8 +9,8 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use noetic_core::adapter::durable::DurableStore;
 use noetic_core::{
-    AgentHarness, EventLogOptions, ExecuteOptions, FrameworkEvent, KvDurableStore, Replay, Scope,
-    SequencedEvent, ServeOptions, StreamEvent, call_model,
+    AgentHarness, EventLogOptions, ExecuteOptions, FrameworkEvent, KvDurableStore, Replay,
+    ResponseEvent, Scope, SequencedEvent, ServeOptions, StreamEvent, call_model,
 };
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 use tokio::sync::oneshot;
@@ -21,6 +21,16 @@ fn harness(
     shared: bool,
     log: EventLogOptions,
 ) -> AgentHarness {
+    harness_with_lease(store, model, shared, log, Duration::from_secs(10))
+}
+
+fn harness_with_lease(
+    store: &Arc<KvDurableStore>,
+    model: &ScriptedModel,
+    shared: bool,
+    log: EventLogOptions,
+    lease: Duration,
+) -> AgentHarness {
     let mut builder = AgentHarness::builder("log")
         .provider("scripted", model.clone())
         .agent_graph(
@@ -29,7 +39,7 @@ fn harness(
                 .instructions("Chat."),
         )
         .durable(store.clone())
-        .lease_ttl(Duration::from_secs(10))
+        .lease_ttl(lease)
         .event_log(Some(log));
     if shared {
         builder = builder.shared_threads();
@@ -74,6 +84,42 @@ fn json(events: &[SequencedEvent]) -> Vec<serde_json::Value> {
         .iter()
         .map(|event| event.event.to_json("log"))
         .collect()
+}
+
+fn serve(harness: &AgentHarness) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let harness = harness.clone();
+    let serving = tokio::spawn(async move {
+        harness
+            .serve(
+                async {
+                    let _ = stopped.await;
+                },
+                ServeOptions::default().poll_interval(Duration::from_millis(20)),
+            )
+            .await
+            .unwrap();
+    });
+    (stop, serving)
+}
+
+/// The text a client shows for `events`: the text deltas, where a `round_restarted` voids those of
+/// the round in flight (since the last completed model call).
+fn shown_text(events: &[SequencedEvent]) -> String {
+    let (mut text, mut settled) = (String::new(), 0);
+    for event in events {
+        match &*event.event {
+            StreamEvent::Sdk(ResponseEvent::OutputTextDelta { delta, .. }) => text.push_str(delta),
+            StreamEvent::Framework(FrameworkEvent::ModelCallCompleted { .. }) => {
+                settled = text.len();
+            }
+            StreamEvent::Framework(FrameworkEvent::RoundRestarted { .. }) => {
+                text.truncate(settled);
+            }
+            _ => {}
+        }
+    }
+    text
 }
 
 fn text_turn(text: &str) -> ScriptedResponse {
@@ -214,21 +260,7 @@ async fn hosts_sharing_a_thread_stream_its_turns_live_with_the_running_host_s_nu
     let mut on_front = front.sequenced_events(Scope::thread("t"), Replay::None);
     let mut on_worker = worker.sequenced_events(Scope::thread("t"), Replay::None);
 
-    let (stop, stopped) = oneshot::channel::<()>();
-    let serving = tokio::spawn({
-        let worker = worker.clone();
-        async move {
-            worker
-                .serve(
-                    async {
-                        let _ = stopped.await;
-                    },
-                    ServeOptions::default().poll_interval(Duration::from_millis(20)),
-                )
-                .await
-                .unwrap()
-        }
-    });
+    let (stop, serving) = serve(&worker);
     front
         .execute("first", ExecuteOptions::new().thread_id("t"))
         .await
@@ -272,6 +304,88 @@ async fn hosts_sharing_a_thread_stream_its_turns_live_with_the_running_host_s_nu
     assert_eq!(json(&rest), json(&everything[cut + 1..]));
     assert_eq!(numbers(&rest), numbers(&everything[cut + 1..]));
 
+    stop.send(()).unwrap();
+    serving.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_host_dying_mid_round_is_taken_over_and_other_hosts_see_the_round_restarted() {
+    let store = Arc::new(KvDurableStore::in_memory());
+    let options = EventLogOptions::new().poll(Duration::from_millis(5));
+    let lease = Duration::from_millis(300);
+    let answer = "the whole answer, streamed again";
+    let front = harness_with_lease(&store, &ScriptedModel::new(), true, options, lease);
+    let mut on_front = front.sequenced_events(Scope::thread("t"), Replay::None);
+    front
+        .execute("go", ExecuteOptions::new().thread_id("t"))
+        .await
+        .unwrap();
+
+    // The dying host, on a runtime of its own: it streams part of the answer, then its model
+    // stalls, and the runtime is dropped mid-round (nothing more is written).
+    let (crash, crashed) = oneshot::channel::<()>();
+    let (gone, dead) = oneshot::channel::<()>();
+    let dying_store = store.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let partial = text_turn("the whole").into_events();
+            let stalled = ScriptedResponse::stall_after(partial[..partial.len() - 2].to_vec());
+            let model = ScriptedModel::with_responses([stalled]);
+            let dying = harness_with_lease(&dying_store, &model, true, options, lease);
+            let _serving = serve(&dying);
+            let _ = crashed.await;
+        });
+        drop(runtime);
+        let _ = gone.send(());
+    });
+    // The front streams the partial text (read from the log the dying host wrote).
+    let mut before = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !shown_text(&before).starts_with("the wh") {
+            before.push(on_front.next().await.unwrap());
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no partial text: {before:?}"));
+    crash.send(()).unwrap();
+    dead.await.unwrap();
+
+    let model = ScriptedModel::with_responses([text_turn(answer)]);
+    let survivor = harness_with_lease(&store, &model, true, options, lease);
+    let (stop, serving) = serve(&survivor);
+    let mut after = through_turn_ends(&mut on_front, 1).await;
+    let restarted = after
+        .iter()
+        .position(|event| {
+            matches!(
+                &*event.event,
+                StreamEvent::Framework(FrameworkEvent::RoundRestarted { .. })
+            )
+        })
+        .unwrap_or_else(|| panic!("no round_restarted: {after:?}"));
+    assert!(
+        after[..restarted]
+            .iter()
+            .all(|event| !matches!(&*event.event, StreamEvent::Framework(_))
+                || matches!(
+                    &*event.event,
+                    StreamEvent::Framework(FrameworkEvent::ModelCallFirstEvent { .. })
+                )),
+        "only what the dying host streamed comes before: {after:?}"
+    );
+    let mut all = before;
+    all.append(&mut after);
+    assert!(
+        all.windows(2).all(|pair| pair[1].seq == pair[0].seq + 1),
+        "no gap, no duplicate: {:?}",
+        numbers(&all)
+    );
+    assert_eq!(shown_text(&all), answer, "{all:?}");
+    assert_eq!(model.request_count(), 1);
     stop.send(()).unwrap();
     serving.await.unwrap();
 }

@@ -558,16 +558,26 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
             .await;
     }
     drop(writer);
-    session.bus.publish_turn_start(FrameworkEvent::TurnStarted {
-        turn_id: turn_id.clone(),
-        message_ids,
-    });
-    for item in inputs.iter() {
+    if resume_id.is_some() {
+        // Its start and its messages were announced where it began.
         session
             .bus
-            .publish(StreamEvent::Framework(FrameworkEvent::ItemAppended {
-                item: item.clone(),
-            }));
+            .publish_turn_start(FrameworkEvent::RoundRestarted {
+                turn_id: turn_id.clone(),
+                message_ids,
+            });
+    } else {
+        session.bus.publish_turn_start(FrameworkEvent::TurnStarted {
+            turn_id: turn_id.clone(),
+            message_ids,
+        });
+        for item in inputs.iter() {
+            session
+                .bus
+                .publish(StreamEvent::Framework(FrameworkEvent::ItemAppended {
+                    item: item.clone(),
+                }));
+        }
     }
     // The graph's root input: the text of the turn's messages, which are already in the log. Marked
     // as the turn's messages, it is not appended again, and a spawn handed it starts its child with
