@@ -237,8 +237,7 @@ impl<W: Wire> Driver<W> {
             StreamEvent::Framework(
                 FrameworkEvent::TurnStarted { turn_id, .. }
                 | FrameworkEvent::RoundRestarted { turn_id, .. },
-            ) if *turn_id != turn =>
-            {
+            ) if *turn_id != turn => {
                 self.end(End::Unknown);
             }
             StreamEvent::Framework(FrameworkEvent::TurnCompleted { turn_id, .. })

@@ -13,7 +13,9 @@
 //! - **Following** (a host with subscribers on a thread another host drives): a relay task reads
 //!   the log after the bus's last number every [`EventLogOptions::poll`] and publishes what it finds
 //!   at its own numbers ([`super::bus::EventBus::relay`]).
-//! - **Reading** ([`follow`]): a subscriber reads the bus; where the bus no longer keeps what it
+//! - **Reading** ([`follow`]): a subscriber gets each event once it is in the log (on the driving
+//!   host, after the writer's commit that holds it: a number a reader saw is never given to another
+//!   event, whatever crashes); it reads the bus; where the bus no longer keeps what it
 //!   wants (a `Lagged`: a reconnect with an old cursor, a slow reader) it reads the log instead, and
 //!   only what the log does not hold either is a `Lagged`. When its session leaves the harness's map
 //!   (a shared thread let go, say) it looks the thread up again and goes on after its last number.
@@ -189,6 +191,9 @@ impl EventTap {
 
     /// Waits until every event numbered below `target` is written, at most `bound`.
     pub(crate) async fn written_through(&self, target: u64, bound: Duration) -> bool {
+        if *self.written.borrow() >= target {
+            return true;
+        }
         let mut written = self.written.subscribe();
         tokio::time::timeout(bound, written.wait_for(|&next| next >= target))
             .await
@@ -423,6 +428,13 @@ impl Reader {
                             .await;
                     }
                     _ => {
+                        // Handed out once durable: a number a reader saw is never reused for
+                        // another event, whatever crashes.
+                        if let Some(tap) = session.event_tap()
+                            && !tap.written_through(event.seq + 1, FLUSH_BOUND).await
+                        {
+                            tracing::warn!(thread_id = %self.thread_id, seq = event.seq, "event handed out before it was written");
+                        }
                         self.last = Some(event.seq);
                         return event;
                     }

@@ -1,13 +1,14 @@
-//! A served durable harness (SQLite) that crashes while a call waits for approval: the next server
-//! on the same file lists the thread and its pending approval, takes the decision, resumes the turn
-//! once the crashed server's lease expired, and a client reconnecting with its old `Last-Event-ID`
-//! gets a `lagged` first, then the resumed turn.
+//! A served durable harness (SQLite, with the threads' event log) that crashes while a call waits
+//! for approval: the next server on the same file lists the thread and its pending approval, takes
+//! the decision, resumes the turn once the crashed server's lease expired, and a client reconnecting
+//! with an old `Last-Event-ID` gets what it missed of the crashed run from the durable event log,
+//! with the same ids, then the resumed turn numbered on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use noetic_core::{AgentHarness, Tool, ToolContext, ToolError, call_model};
+use noetic_core::{AgentHarness, EventLogOptions, Tool, ToolContext, ToolError, call_model};
 use noetic_server::ServeConfig;
 use noetic_storage_sqlite::SqliteStorage;
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
@@ -41,20 +42,21 @@ fn durable_harness(store: SqliteStorage, runs: Arc<AtomicUsize>) -> AgentHarness
         .provider("p", model)
         .agent_graph(call_model("llm").model("m").tool(echo).build())
         .durable(store)
+        .event_log(Some(EventLogOptions::new()))
         .lease_ttl(LEASE)
         .build()
         .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_pending_approval_survives_a_server_crash_and_the_stream_resumes_with_lagged() {
+async fn a_pending_approval_survives_a_server_crash_and_the_stream_resumes_from_the_event_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("serve.db");
     let runs = Arc::new(AtomicUsize::new(0));
 
     // The first server, on a runtime of its own that is dropped mid-turn: a crash.
     let (first_path, first_runs) = (path.clone(), runs.clone());
-    let last_seen = bounded(
+    let seen = bounded(
         "the first server",
         tokio::task::spawn_blocking(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -73,9 +75,8 @@ async fn a_pending_approval_survives_a_server_crash_and_the_stream_resumes_with_
                     .await;
                 assert_eq!(status, 202);
                 let asked = events.until(":approval_requested").await;
-                let seen = asked.last().unwrap().id.unwrap();
                 std::mem::forget(served);
-                seen
+                asked
             });
             drop(runtime);
             seen
@@ -99,8 +100,25 @@ async fn a_pending_approval_survives_a_server_crash_and_the_stream_resumes_with_
     assert_eq!(pending[0]["tool"], "echo");
     let approval_id = pending[0]["approval_id"].as_str().unwrap().to_owned();
 
-    // The client reconnects with the last id the crashed server gave it.
-    let mut events = served.events("t", "", Some(last_seen)).await;
+    // A client that read only the first events of the crashed run reconnects with the last id it
+    // read: the rest of that run comes from the log, as it was streamed, then what follows.
+    let cut = 2;
+    let mut events = served.events("t", "", seen[cut].id).await;
+    let mut missed = Vec::new();
+    for _ in cut + 1..seen.len() {
+        missed.push(events.next().await.unwrap());
+    }
+    let ids = |events: &[crate::support::SseEvent]| {
+        events.iter().map(|event| event.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&missed), ids(&seen[cut + 1..]));
+    assert_eq!(
+        missed.iter().map(|event| &event.data).collect::<Vec<_>>(),
+        seen[cut + 1..]
+            .iter()
+            .map(|event| &event.data)
+            .collect::<Vec<_>>()
+    );
     let (status, body) = served
         .post(
             &format!("/v1/threads/t/approvals/{approval_id}"),
@@ -108,14 +126,17 @@ async fn a_pending_approval_survives_a_server_crash_and_the_stream_resumes_with_
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let first = events.next().await.unwrap();
-    assert_eq!(first.kind(), "agent:lagged", "{first:?}");
-    assert!(
-        first.id.unwrap() > last_seen,
-        "the new server's ids are above the old ones"
-    );
-    // Once the crashed server's lease expired, the thread was read back and its turn finished.
+    // Once the crashed server's lease expired, the thread was read back and its turn finished,
+    // numbered on from where the crashed server stopped.
     let rest = events.until(":turn_completed").await;
+    let last_seen = seen.last().unwrap().id.unwrap();
+    assert_eq!(rest[0].id, Some(last_seen + 1), "{rest:#?}");
+    assert_eq!(rest[0].kind(), "agent:round_restarted", "{rest:#?}");
+    assert!(
+        rest.windows(2)
+            .all(|pair| pair[1].id.unwrap() == pair[0].id.unwrap() + 1),
+        "{rest:#?}"
+    );
     assert!(
         rest.iter()
             .any(|event| event.kind() == "agent:tool_call_completed"),
