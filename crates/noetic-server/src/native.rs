@@ -152,9 +152,20 @@ async fn items(
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     state.known(&thread_id).await?;
-    // A thread of an earlier run of the server is read back before its history is asked for.
-    state.harness.load_thread(&thread_id).await?;
-    let items = state.harness.session_history(Scope::thread(thread_id));
+    let scope = Scope::thread(thread_id.clone());
+    if state.harness.shares_threads() {
+        // A thread no turn of this host runs: as the store has it (its last turn's end), wherever
+        // it runs.
+        if matches!(state.harness.status(scope.clone()), SessionStatus::Idle) {
+            let stored = state.harness.stored_thread(&thread_id).await?;
+            let items = stored.map(|thread| thread.history).unwrap_or_default();
+            return Ok(Json(json!({"items": items})));
+        }
+    } else {
+        // A thread of an earlier run of the server is read back before its history is asked for.
+        state.harness.load_thread(&thread_id).await?;
+    }
+    let items = state.harness.session_history(scope);
     Ok(Json(json!({"items": items})))
 }
 

@@ -12,6 +12,7 @@ mod chat;
 mod durable;
 mod durable_chat;
 mod examples;
+mod fleet;
 mod invalid;
 mod mcp;
 mod otel;
