@@ -125,6 +125,32 @@ impl Approvals {
         store.commit(Commit::new().put(key, bytes)).await
     }
 
+    /// Takes the decisions other hosts stored in the rows of the requests waiting here on `thread`
+    /// (a thread shared by hosts: the decision was made on another one). Returns how many.
+    ///
+    /// # Errors
+    /// The store's errors; `CHECKPOINT_CORRUPT` naming a row that does not read back.
+    pub(crate) async fn take_stored_decisions(&self, thread: &str) -> Result<usize> {
+        let Some(store) = &self.store else {
+            return Ok(0);
+        };
+        let mut taken = 0;
+        for request in self.pending(thread) {
+            let key = row_key(thread, &request.approval_id);
+            if let Some(Row {
+                decision: Some(decision),
+                ..
+            }) = self.read_row(store, &key).await?
+                && self
+                    .decide(thread, &request.approval_id, decision, false)
+                    .is_ok()
+            {
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
     /// A durable request's row is gone once its call has an output.
     pub(crate) async fn forget(&self, thread: &str, approval_id: &str) -> Result<()> {
         match &self.store {

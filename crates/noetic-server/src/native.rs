@@ -134,13 +134,43 @@ pub(crate) fn status_json(status: &SessionStatus) -> Value {
     }
 }
 
+/// The thread's status as JSON, `here` saying whether this host runs its turn. On a host sharing
+/// threads with others, a thread no turn of this host runs is described as the store has it: a
+/// turn in flight (waiting for approvals when some are pending), messages pending, or idle.
+pub(crate) async fn thread_state(state: &AppState, thread_id: &str) -> Result<Value, ApiError> {
+    let scope = Scope::thread(thread_id.to_owned());
+    let local = state.harness.status(scope.clone());
+    if !state.harness.shares_threads() || !matches!(local, SessionStatus::Idle) {
+        let mut body = status_json(&local);
+        body["here"] = json!(!matches!(local, SessionStatus::Idle));
+        return Ok(body);
+    }
+    let Some(stored) = state.harness.stored_thread(thread_id).await? else {
+        return Ok(json!({"status": "idle", "here": false}));
+    };
+    let mut body = match stored.turn_in_flight {
+        Some(turn_id) => {
+            let calls = state.harness.pending_approvals(scope).await?;
+            if calls.is_empty() {
+                json!({"status": "running", "turn_id": turn_id})
+            } else {
+                json!({"status": "awaiting_approval", "turn_id": turn_id, "approvals": calls})
+            }
+        }
+        None if stored.pending > 0 => json!({"status": "queued", "queued": stored.pending}),
+        None => json!({"status": "idle"}),
+    };
+    body["here"] = json!(false);
+    Ok(body)
+}
+
 async fn thread_status(
     State(state): State<Arc<AppState>>,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     state.known(&thread_id).await?;
     let scope = Scope::thread(thread_id.clone());
-    let mut body = status_json(&state.harness.status(scope.clone()));
+    let mut body = thread_state(&state, &thread_id).await?;
     body["thread_id"] = json!(thread_id);
     body["queue_len"] = json!(state.harness.queue_len(scope.clone()));
     body["usage"] = json!(state.harness.usage(scope));
@@ -351,9 +381,8 @@ async fn abort(
 ) -> Result<Json<Value>, ApiError> {
     let body: AbortBody = json_body(body)?;
     state.known(&thread_id).await?;
-    let scope = Scope::thread(thread_id.clone());
-    let status = state.harness.status(scope);
-    if matches!(status, SessionStatus::Idle | SessionStatus::Queued { .. }) {
+    let status = thread_state(&state, &thread_id).await?;
+    if matches!(status["status"].as_str(), Some("idle" | "queued")) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "SERVER_NOT_RUNNING",

@@ -2,7 +2,9 @@
 //! database, clients on each over HTTP. A turn one host runs streams live to a client on another,
 //! with the running host's ids, and a client resumes on a third with `Last-Event-ID`; a host killed
 //! with SIGKILL mid-turn is taken over, and the client's stream shows `round_restarted`, then the
-//! answer as an uncrashed run gives it. Skipped (with a line saying so) without PostgreSQL.
+//! answer as an uncrashed run gives it; a call waiting for approval on the running host is listed,
+//! and decided, on another; an abort asked on another host drains and stops the running host's
+//! turn and answers with its report. Skipped (with a line saying so) without PostgreSQL.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,7 +14,10 @@ use noetic_test_support::{MockReply, MockServer, test_database_or_skip};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::{CHILD_TIMEOUT, TempDir, args, mock_options, noetic, text_reply};
+use crate::{
+    CHILD_TIMEOUT, TempDir, answer_with_tool_output, args, call_reply, echo_flow, has_tool_output,
+    mock_options, noetic, text_reply,
+};
 
 /// A one-step flow.
 fn flow() -> Value {
@@ -118,7 +123,7 @@ impl Host {
     /// Whether this host runs the thread's turn now.
     async fn runs(&self, thread: &str) -> bool {
         let (_, status) = self.get(&format!("/v1/threads/{thread}")).await;
-        status["status"] == "running"
+        status["status"] == "running" && status["here"] == true
     }
 }
 
@@ -294,7 +299,10 @@ async fn a_host_killed_mid_turn_is_taken_over_and_the_client_sees_the_round_rest
         Host::start(&flow, database.url(), &mock, &lease).await,
     ];
 
-    assert_eq!(front.post("/v1/threads", json!({"thread_id": "t"})).await.0, 201);
+    assert_eq!(
+        front.post("/v1/threads", json!({"thread_id": "t"})).await.0,
+        201
+    );
     let mut on_front = front.events("t", None).await;
     assert_eq!(
         front
@@ -335,4 +343,133 @@ async fn a_host_killed_mid_turn_is_taken_over_and_the_client_sees_the_round_rest
         "the round in flight was sent again, once"
     );
     assert!(workers[0].child.id().is_some(), "the survivor still serves");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_decided_on_one_host_resumes_the_turn_on_the_running_host() {
+    let database = test_database_or_skip!();
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &echo_flow());
+    let mock = MockServer::start().await;
+    mock.set_responder(|request| {
+        if has_tool_output(request) {
+            answer_with_tool_output(request)
+        } else {
+            call_reply("echo", &json!({"text": "sent"}))
+        }
+    });
+    let gated = ["--needs-approval", "echo"];
+    let front = Host::start(
+        &flow,
+        database.url(),
+        &mock,
+        &["--accept-only", gated[0], gated[1]],
+    )
+    .await;
+    let runner = Host::start(&flow, database.url(), &mock, &gated).await;
+
+    assert_eq!(
+        front.post("/v1/threads", json!({"thread_id": "t"})).await.0,
+        201
+    );
+    let mut on_front = front.events("t", None).await;
+    front
+        .post("/v1/threads/t/messages", json!({"input": "send it"}))
+        .await;
+    let asked = on_front.until(":approval_requested").await;
+    let approval_id = asked.last().unwrap().data["data"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The front lists the call waiting on the runner, and knows the turn waits for it.
+    let (_, listed) = front.get("/v1/threads/t/approvals").await;
+    assert_eq!(
+        listed["approvals"][0]["approval_id"], approval_id,
+        "{listed}"
+    );
+    let (_, status) = front.get("/v1/threads/t").await;
+    assert_eq!(status["status"], "awaiting_approval", "{status}");
+    assert_eq!(status["here"], false);
+    let (_, status) = runner.get("/v1/threads/t").await;
+    assert_eq!(
+        (&status["status"], &status["here"]),
+        (&json!("awaiting_approval"), &json!(true)),
+        "{status}"
+    );
+
+    let (code, body) = front
+        .post(
+            &format!("/v1/threads/t/approvals/{approval_id}"),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let rest = on_front.until(":turn_completed").await;
+    let completed = rest
+        .iter()
+        .find(|event| event.kind().ends_with(":tool_call_completed"))
+        .unwrap_or_else(|| panic!("the approved call ran: {rest:#?}"));
+    assert_eq!(completed.data["data"]["output"], "sent");
+    let (_, items) = front.get("/v1/threads/t/items").await;
+    let last = items["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"][0]["text"], "The tool said sent", "{items}");
+    assert_eq!(mock.request_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_asked_on_one_host_drains_and_stops_the_turn_on_the_running_host() {
+    let database = test_database_or_skip!();
+    let dir = TempDir::new();
+    let flow = dir.write("flow.json", &flow());
+    let mock = MockServer::start().await;
+    // About eight seconds of stream: the drain's deadline cuts it.
+    mock.push(
+        text_reply(&long_text())
+            .chunk_size(48)
+            .delay_between_chunks(Duration::from_millis(200)),
+    );
+    let front = Host::start(&flow, database.url(), &mock, &["--accept-only"]).await;
+    let runner = Host::start(&flow, database.url(), &mock, &[]).await;
+
+    assert_eq!(
+        front.post("/v1/threads", json!({"thread_id": "t"})).await.0,
+        201
+    );
+    let mut on_front = front.events("t", None).await;
+    front
+        .post("/v1/threads/t/messages", json!({"input": "go on"}))
+        .await;
+    let mut events = Vec::new();
+    while shown_text(&events).is_empty() {
+        events.push(on_front.next().await);
+    }
+    assert!(runner.runs("t").await);
+    let (code, body) = front
+        .post(
+            "/v1/threads/t/abort",
+            json!({"drain_ms": 300, "reason": "asked on the front"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["aborted"], true, "{body}");
+    let report = &body["drain_report"];
+    assert_eq!(report["reason"], "deadline", "{body}");
+    assert_eq!(report["cutOff"].as_array().map(Vec::len), Some(1), "{body}");
+    let rest = on_front.until(":turn_aborted").await;
+    let aborted = rest.last().unwrap();
+    assert_eq!(
+        aborted.data["data"]["reason"], "cancelled: asked on the front",
+        "{rest:#?}"
+    );
+    assert_eq!(aborted.data["data"]["error_kind"], "CANCELLED");
+    assert!(
+        rest.iter()
+            .any(|event| event.kind().ends_with(":drain_started")),
+        "{rest:#?}"
+    );
+    assert_eq!(
+        mock.completed_replies(),
+        0,
+        "the round was cut, not finished"
+    );
 }

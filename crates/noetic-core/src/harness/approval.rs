@@ -23,7 +23,9 @@ impl AgentHarness {
     /// its request showed, once its round reaches it. Single-use. On a durable harness restarted
     /// after a crash, the decision is kept with the request and the thread is read back, so its turn
     /// resumes and runs the call (if another holder's lease is still live, the turn resumes when
-    /// the thread is next read back: `load_thread`, `recover`, a message).
+    /// the thread is next read back: `load_thread`, `recover`, a message). On a harness with
+    /// [`shared_threads`](crate::AgentHarnessBuilder::shared_threads), a call waiting on another
+    /// host is decided through its row too, and that host is woken to take the decision.
     ///
     /// # Errors
     /// [`Error::ApprovalNotFound`] when no call waits under that id on that thread (unknown,
@@ -76,7 +78,12 @@ impl AgentHarness {
             .approvals()
             .decide_durably(thread_id, approval_id, decision, always)
             .await?;
-        if resume {
+        if resume && self.inner.shared_threads {
+            // The host running the turn takes it from the store at its next look: wake it.
+            if let Some(durability) = self.runtime().durability() {
+                crate::session::wake(durability, thread_id).await?;
+            }
+        } else if resume {
             // The decision waits in the store for the resumed turn to ask again.
             match self.load_thread(thread_id).await {
                 Ok(()) | Err(Error::LeaseHeld { .. }) => {}

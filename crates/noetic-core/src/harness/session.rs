@@ -282,13 +282,38 @@ impl AgentHarness {
     /// the drain's report (`None` without a drain, or with no turn running); a second abort during
     /// the drain stops it at once and resolves with the same report.
     ///
+    /// On a harness with [`shared_threads`](crate::AgentHarnessBuilder::shared_threads), a turn
+    /// another host runs is aborted there: the request goes through the store, that host drains
+    /// and aborts its turn at its next look (a wake-up, or its poll interval), and its report comes
+    /// back the same way (waited for at most the drain plus twice the lease TTL plus a second).
+    ///
     /// # Cancel safety
     /// Without a drain, cancel safe: the abort is requested before the first await point. Dropped
     /// during a drain, the drain runs on to its deadline and the turn is not aborted.
     pub async fn abort(&self, options: AbortOptions) -> Option<crate::DrainReport> {
         let thread_id = options.thread_id.as_deref().unwrap_or(DEFAULT_THREAD);
-        let session = self.sessions().get(thread_id)?;
-        session.abort(options.reason, options.drain).await
+        let session = self.sessions().get(thread_id);
+        if self.inner.shared_threads
+            && let Some(durability) = self.runtime().durability()
+            && session.as_ref().is_none_or(|session| !session.runs_here())
+        {
+            // The turn runs on another host (or nowhere): ask whichever host runs it.
+            return match crate::session::request_abort(
+                durability,
+                thread_id,
+                options.reason,
+                options.drain,
+            )
+            .await
+            {
+                Ok(report) => report,
+                Err(error) => {
+                    tracing::warn!(thread_id, %error, "could not ask for the abort");
+                    None
+                }
+            };
+        }
+        session?.abort(options.reason, options.drain).await
     }
 
     /// Replaces the thread's history before its next turn (e.g. items read back from disk).

@@ -129,6 +129,10 @@ impl Drive {
                 tracing::warn!(thread_id = %session.thread_id, %error, "could not read new messages");
             }
         }
+        drop(writer);
+        if let Some(durability) = self.runtime.durability() {
+            super::remote::apply(&self.runtime, durability, session).await;
+        }
     }
 
     /// Lets the thread go when it is still ready to: `None` when it is not (work arrived).

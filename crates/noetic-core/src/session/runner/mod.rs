@@ -288,6 +288,16 @@ impl Session {
     }
 
     /// Whether no turn runs or waits to start and no runner is active.
+    /// Whether this host drives the thread and a turn of it runs here.
+    pub(crate) fn runs_here(&self) -> bool {
+        self.journal.get().is_some() && self.is_running()
+    }
+
+    /// Whether a turn runs.
+    pub(super) fn is_running(&self) -> bool {
+        self.state().running.is_some()
+    }
+
     pub(super) fn is_idle(&self) -> bool {
         let state = self.state();
         Self::between_turns(&state) && state.queue.is_empty() && state.resume.is_none()
