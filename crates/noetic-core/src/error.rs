@@ -725,3 +725,27 @@ pub enum ResponseStatus {
     /// The response failed.
     Failed,
 }
+
+/// A stored error code (read back from a durable store) as the `&'static str` codes are: core's own
+/// from [`CODES`], any other (an adapter crate's, which core does not list) interned once per
+/// distinct code — a small set in practice, bounded at [`MAX_INTERNED_CODES`] (`ERROR` beyond, so a
+/// store full of made-up codes cannot grow memory).
+pub(crate) fn static_code(code: &str) -> &'static str {
+    if let Some((known, _)) = CODES.iter().find(|(known, _)| *known == code) {
+        return known;
+    }
+    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = crate::sync::lock(&INTERNED);
+    if let Some(known) = interned.iter().find(|known| **known == code) {
+        return known;
+    }
+    if interned.len() >= MAX_INTERNED_CODES {
+        return "ERROR";
+    }
+    let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
+    interned.push(leaked);
+    leaked
+}
+
+/// How many distinct codes of other crates [`static_code`] keeps.
+const MAX_INTERNED_CODES: usize = 256;

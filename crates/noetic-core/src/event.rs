@@ -522,31 +522,13 @@ impl StreamEvent {
     }
 }
 
-/// An error code read back (an event from a durable event log) as the `&'static str` codes are:
-/// core's own from [`crate::error::CODES`], any other (an adapter crate's) interned once, at most
-/// [`MAX_INTERNED_CODES`] of them (`ERROR` beyond).
+/// An error code read back (an event from a durable event log) as the codes are: see
+/// [`crate::error::static_code`].
 fn static_code<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<&'static str, D::Error> {
-    let code = String::deserialize(deserializer)?;
-    if let Some((known, _)) = crate::error::CODES.iter().find(|(known, _)| *known == code) {
-        return Ok(known);
-    }
-    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
-    let mut interned = crate::sync::lock(&INTERNED);
-    if let Some(known) = interned.iter().find(|known| **known == code) {
-        return Ok(known);
-    }
-    if interned.len() >= MAX_INTERNED_CODES {
-        return Ok("ERROR");
-    }
-    let leaked: &'static str = Box::leak(code.into_boxed_str());
-    interned.push(leaked);
-    Ok(leaked)
+    String::deserialize(deserializer).map(|code| crate::error::static_code(&code))
 }
-
-/// How many distinct codes of other crates [`FrameworkEvent`]'s deserializer keeps.
-const MAX_INTERNED_CODES: usize = 256;
 
 /// Receives the events of the contexts it is attached to.
 ///

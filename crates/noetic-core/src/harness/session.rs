@@ -189,6 +189,14 @@ impl AgentHarness {
     /// Cancel safe: it only waits.
     pub async fn agent_response(&self, scope: Scope) -> Result<HarnessResponse> {
         let thread_id = scope.thread_id();
+        if self.inner.shared_threads
+            && self
+                .sessions()
+                .get(thread_id)
+                .is_none_or(|session| !session.drives())
+        {
+            return self.shared_response(scope).await;
+        }
         let session = self
             .sessions()
             .get(thread_id)
@@ -199,6 +207,38 @@ impl AgentHarness {
                 hint: "no message was accepted on it and no history was seeded",
             })?;
         session.response().await
+    }
+
+    /// `agent_response` of a thread this host does not drive: read from the store once the thread
+    /// has no work left, looking again at each turn end another host streams (through the event
+    /// log) and every second.
+    async fn shared_response(&self, scope: Scope) -> Result<HarnessResponse> {
+        let Some(durability) = self.runtime().durability() else {
+            return Err(Error::NoStepConfigured);
+        };
+        let thread_id = scope.thread_id().to_owned();
+        let mut events = self.sequenced_events(scope, Replay::None);
+        loop {
+            if let Some(last) = crate::session::settled_last(durability, &thread_id).await? {
+                return crate::session::response_of(last).map_err(|error| Error::TurnFailed {
+                    source: std::sync::Arc::new(error),
+                });
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+                while let Some(event) = events.next().await {
+                    if matches!(
+                        *event.event,
+                        StreamEvent::Framework(
+                            crate::FrameworkEvent::TurnCompleted { .. }
+                                | crate::FrameworkEvent::TurnAborted { .. }
+                        )
+                    ) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
     }
 
     /// What the thread is doing: `Queued` from the moment a message is accepted until its turn

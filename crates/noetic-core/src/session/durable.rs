@@ -121,26 +121,10 @@ impl FailedTurn {
     /// message.
     pub(crate) fn into_error(self) -> Error {
         Error::Adapter {
-            code: static_code(&self.code),
+            code: crate::error::static_code(&self.code),
             source: self.message.into(),
         }
     }
-}
-
-/// `code` as a `&'static str`: core's own codes as they are; an adapter crate's code (which core
-/// does not list) is interned once per distinct code — a small, fixed set.
-fn static_code(code: &str) -> &'static str {
-    if let Some((known, _)) = crate::CODES.iter().find(|(known, _)| *known == code) {
-        return known;
-    }
-    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
-    let mut interned = crate::sync::lock(&INTERNED);
-    if let Some(known) = interned.iter().find(|known| **known == code) {
-        return known;
-    }
-    let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
-    interned.push(leaked);
-    leaked
 }
 
 /// One accepted message (`thread/T/messages`).
@@ -708,6 +692,34 @@ fn message_of(subject: &str, log: &str, entry: LogEntry) -> Result<Message> {
         resource_id: row.resource_id,
         seq: Some(entry.seq),
     })
+}
+
+/// Thread `thread_id`'s last turn as the store has it once the thread has no work left (no turn in
+/// flight, nothing pending): `Ok(None)` while it has, or before its first turn ended.
+///
+/// # Errors
+/// [`Error::NotFound`] for a thread nothing was recorded of; bad rows; storage errors.
+pub(crate) async fn settled_last(
+    durability: &Durability,
+    thread_id: &str,
+) -> Result<Option<LastRecord>> {
+    let store = &durability.store;
+    let accepted = store.next_seq(&messages_log(thread_id)).await?;
+    let key = record_key(thread_id);
+    let Some(bytes) = store.record(&key).await? else {
+        if accepted == 0 {
+            return Err(Error::NotFound {
+                kind: "thread",
+                id: thread_id.to_owned(),
+                hint: "no message was accepted on it",
+            });
+        }
+        return Ok(None);
+    };
+    let record: ThreadRecord = parse(&subject(thread_id), &key, &bytes)?;
+    let settled =
+        record.turn.is_none() && record.queued.is_empty() && accepted <= record.settled_through;
+    Ok(record.last.filter(|_| settled))
 }
 
 /// The ids of every thread with a record in the store, and whether each has work left (a turn in

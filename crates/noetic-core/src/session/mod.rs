@@ -36,12 +36,12 @@ pub use bus::{
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
 pub use durable::StoredThread;
-pub(crate) use durable::{accept_shared, read_stored, threads_with_work};
+pub(crate) use durable::{accept_shared, read_stored, settled_last, threads_with_work};
 pub use event_log::EventLogOptions;
 pub(crate) use event_log::{Follow, follow};
 pub(crate) use fleet::{Drive, LetGo, THREAD_LEASES, thread_of};
 pub(crate) use remote::{request_abort, wake};
-pub(crate) use runner::Message;
+pub(crate) use runner::{Message, response_of};
 pub use sessions::DEFAULT_SESSION_IDLE_TTL;
 pub(crate) use sessions::Sessions;
 pub(crate) use streams::{item_snapshots, text_chunks};

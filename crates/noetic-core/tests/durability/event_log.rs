@@ -247,7 +247,8 @@ async fn the_log_keeps_the_latest_events_and_an_older_cursor_gets_lagged_then_th
 }
 
 #[tokio::test]
-async fn hosts_sharing_a_thread_stream_its_turns_live_with_the_running_host_s_numbers() {
+async fn hosts_sharing_a_thread_stream_its_turns_live_with_the_running_host_s_numbers_and_answer_for_it()
+ {
     let store = Arc::new(KvDurableStore::in_memory());
     let model = ScriptedModel::with_responses([
         text_turn("served by the worker, streamed to the front"),
@@ -275,6 +276,16 @@ async fn hosts_sharing_a_thread_stream_its_turns_live_with_the_running_host_s_nu
             .any(|event| matches!(&*event.event, StreamEvent::Sdk(_))),
         "token deltas reach the other host"
     );
+
+    // The front answers for the thread it does not run, from the store, once the thread is settled.
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        front.agent_response(Scope::thread("t")),
+    )
+    .await
+    .expect("an answer")
+    .unwrap();
+    assert_eq!(answer.text, "served by the worker, streamed to the front");
 
     // The next turn, after the worker let the thread go and claimed it again: both streams go on.
     front

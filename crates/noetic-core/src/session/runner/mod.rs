@@ -177,22 +177,11 @@ impl Session {
         }
         state.seeded = true;
         state.spend += spend;
-        match last {
-            Some(LastRecord {
-                failed: Some(failed),
-                ..
-            }) => state.last = Some(Err(Arc::new(failed.into_error()))),
-            Some(LastRecord { output, spend, .. }) => {
-                state.last = Some(Ok(LastTurn::keep(HarnessResponse {
-                    items: Vec::new(),
-                    usage: spend.usage,
-                    cost: spend.cost,
-                    text: output_text(&output),
-                    output,
-                    last_layer_usage: Vec::new(),
-                })));
-            }
-            None => {}
+        if let Some(last) = last {
+            state.last = Some(match response_of(last) {
+                Ok(response) => Ok(LastTurn::keep(response)),
+                Err(error) => Err(Arc::new(error)),
+            });
         }
         state.queue.extend(queue);
         state.resume = resume;
@@ -288,6 +277,11 @@ impl Session {
     }
 
     /// Whether no turn runs or waits to start and no runner is active.
+    /// Whether this host drives the thread (holds it, read back).
+    pub(crate) fn drives(&self) -> bool {
+        self.journal.get().is_some()
+    }
+
     /// Whether this host drives the thread and a turn of it runs here.
     pub(crate) fn runs_here(&self) -> bool {
         self.journal.get().is_some() && self.is_running()
@@ -763,6 +757,25 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
 }
 
 /// A turn's output as text: a string as is, nothing for null, anything else as JSON.
+/// A turn's end as the store recorded it, as `agent_response` gives it (without the turn's items,
+/// which the history holds): its response, or its error.
+pub(crate) fn response_of(last: LastRecord) -> Result<HarnessResponse> {
+    match last {
+        LastRecord {
+            failed: Some(failed),
+            ..
+        } => Err(failed.into_error()),
+        LastRecord { output, spend, .. } => Ok(HarnessResponse {
+            items: Vec::new(),
+            usage: spend.usage,
+            cost: spend.cost,
+            text: output_text(&output),
+            output,
+            last_layer_usage: Vec::new(),
+        }),
+    }
+}
+
 fn output_text(output: &Value) -> String {
     match output {
         Value::String(text) => text.clone(),
