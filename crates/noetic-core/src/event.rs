@@ -4,6 +4,8 @@
 //! Emission is synchronous and must never block: a sink that cannot keep up drops or reports lag itself.
 //! Without a sink, no event is even built: [`crate::Context`] checks for a sink before constructing one.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::item::Item;
@@ -541,5 +543,46 @@ pub trait EventSink: Send + Sync + 'static {
 impl<F: Fn(StreamEvent) + Send + Sync + 'static> EventSink for F {
     fn emit(&self, event: StreamEvent) {
         self(event)
+    }
+}
+
+/// How a harness keeps its threads' event logs (see
+/// [`AgentHarnessBuilder::event_log`](crate::AgentHarnessBuilder::event_log)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventLogOptions {
+    /// How many of a thread's latest events its log keeps (default 10,000); older ones are trimmed
+    /// as new ones are written, and a reader asking for them gets a `Lagged`.
+    pub retain: u64,
+    /// How often a host following a thread another host drives reads its log for new events
+    /// (default 50 ms): the delay a follower adds, and one read per followed thread per period.
+    pub poll: Duration,
+}
+
+impl Default for EventLogOptions {
+    fn default() -> Self {
+        EventLogOptions {
+            retain: 10_000,
+            poll: Duration::from_millis(50),
+        }
+    }
+}
+
+impl EventLogOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        EventLogOptions::default()
+    }
+
+    /// Keeps a thread's latest `events` (at least 1).
+    pub fn retain(mut self, events: u64) -> Self {
+        self.retain = events.max(1);
+        self
+    }
+
+    /// Reads a followed thread's log every `period`.
+    pub fn poll(mut self, period: Duration) -> Self {
+        self.poll = period.max(Duration::from_millis(1));
+        self
     }
 }

@@ -313,7 +313,7 @@ pub struct RuntimeBuilder {
     acp: Acp,
     lease_ttl: Duration,
     retention: LedgerRetention,
-    event_log: Option<crate::session::EventLogOptions>,
+    event_log: Option<crate::event::EventLogOptions>,
 }
 
 impl RuntimeBuilder {
@@ -467,9 +467,9 @@ impl RuntimeBuilder {
 
     /// Keeps each thread's session events in a durable event log (`thread/{id}/events`) when the
     /// runtime is durable: a subscriber resumes after any sequence number it saw, on any host
-    /// sharing the store and across restarts (see [`crate::session::EventLogOptions`]). `None`
+    /// sharing the store and across restarts (see [`crate::event::EventLogOptions`]). `None`
     /// (the default) keeps events in memory only. Ignored without a durable store.
-    pub fn event_log(mut self, options: Option<crate::session::EventLogOptions>) -> Self {
+    pub fn event_log(mut self, options: Option<crate::event::EventLogOptions>) -> Self {
         self.event_log = options;
         self
     }

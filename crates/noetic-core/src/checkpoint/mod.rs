@@ -56,7 +56,7 @@ pub(crate) struct Durability {
     pub(crate) lease_ttl: Duration,
     pub(crate) retention: LedgerRetention,
     /// Whether (and how) threads keep a durable event log.
-    pub(crate) event_log: Option<crate::session::EventLogOptions>,
+    pub(crate) event_log: Option<crate::event::EventLogOptions>,
     /// Rows a checkpoint commit deletes along with what it records (the rows of paid calls priced
     /// since the last one).
     pub(crate) deferred_deletes: Arc<DeferredDeletes>,

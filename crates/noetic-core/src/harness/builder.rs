@@ -30,7 +30,7 @@ pub struct AgentHarnessBuilder {
     session_idle_ttl: std::time::Duration,
     shared_threads: bool,
     /// `Some` once `event_log` was called.
-    event_log: Option<Option<crate::session::EventLogOptions>>,
+    event_log: Option<Option<crate::event::EventLogOptions>>,
 }
 
 impl AgentHarness {
@@ -241,7 +241,7 @@ impl AgentHarnessBuilder {
     /// where a thread another host drives is followed live from the log. The default is on for
     /// [`AgentHarnessBuilder::shared_threads`] and off otherwise; ignored without a durable store.
     /// See `docs/serve.md` and `docs/scaling.md`.
-    pub fn event_log(mut self, options: Option<crate::session::EventLogOptions>) -> Self {
+    pub fn event_log(mut self, options: Option<crate::event::EventLogOptions>) -> Self {
         self.event_log = Some(options);
         self
     }
@@ -264,7 +264,7 @@ impl AgentHarnessBuilder {
         }
         let event_log = self.event_log.unwrap_or_else(|| {
             self.shared_threads
-                .then(crate::session::EventLogOptions::default)
+                .then(crate::event::EventLogOptions::default)
         });
         self.runtime = self.runtime.event_log(event_log);
         Ok(AgentHarness {

@@ -33,50 +33,9 @@ use super::bus::{Replay, SequencedEvent, Subscription};
 use super::runner::Session;
 use super::sessions::Sessions;
 use crate::adapter::durable::{Commit, DurableStore, Fence, SeqConflict};
-use crate::event::{FrameworkEvent, StreamEvent};
+use crate::event::{EventLogOptions, FrameworkEvent, StreamEvent};
 use crate::model::ResponseEvent;
 use crate::{Error, Result};
-
-/// How a harness keeps its threads' event logs (see
-/// [`AgentHarnessBuilder::event_log`](crate::AgentHarnessBuilder::event_log)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EventLogOptions {
-    /// How many of a thread's latest events its log keeps (default 10,000); older ones are trimmed
-    /// as new ones are written, and a reader asking for them gets a `Lagged`.
-    pub retain: u64,
-    /// How often a host following a thread another host drives reads its log for new events
-    /// (default 50 ms): the delay a follower adds, and one read per followed thread per period.
-    pub poll: Duration,
-}
-
-impl Default for EventLogOptions {
-    fn default() -> Self {
-        EventLogOptions {
-            retain: 10_000,
-            poll: Duration::from_millis(50),
-        }
-    }
-}
-
-impl EventLogOptions {
-    /// The defaults.
-    pub fn new() -> Self {
-        EventLogOptions::default()
-    }
-
-    /// Keeps a thread's latest `events` (at least 1).
-    pub fn retain(mut self, events: u64) -> Self {
-        self.retain = events.max(1);
-        self
-    }
-
-    /// Reads a followed thread's log every `period`.
-    pub fn poll(mut self, period: Duration) -> Self {
-        self.poll = period.max(Duration::from_millis(1));
-        self
-    }
-}
 
 /// The name of thread `thread_id`'s event log.
 pub(crate) fn events_log(thread_id: &str) -> String {

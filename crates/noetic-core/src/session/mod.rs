@@ -35,9 +35,9 @@ pub use bus::{
 };
 pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 
+pub use crate::event::EventLogOptions;
 pub use durable::StoredThread;
 pub(crate) use durable::{accept_shared, read_stored, settled_last, threads_with_work};
-pub use event_log::EventLogOptions;
 pub(crate) use event_log::{Follow, follow};
 pub(crate) use fleet::{Drive, LetGo, THREAD_LEASES, thread_of};
 pub(crate) use remote::{request_abort, wake};
