@@ -29,6 +29,11 @@
 //! scales the count down. `NOETIC_BENCH_SUBSCRIBERS` (default 1,000), `NOETIC_BENCH_DELTAS` (text
 //! deltas per turn, default 500) and `NOETIC_BENCH_ROUNDS` (default 5) scale the run.
 //!
+//! Then the fleet part (`fleet.rs`, skipped with a line saying so without PostgreSQL): three hosts
+//! sharing one database, one running the turns, the subscribers spread over the three; events per
+//! second and the latency from publish on the running host to a read on another.
+//! `NOETIC_BENCH_PART=fleet` runs only that part.
+//!
 //! DESIGN.md §16 sets no target for SSE: the table prints the nearest ones (memory per idle session
 //! and per live turn) for comparison, not as this bench's pass marks.
 
@@ -48,6 +53,7 @@ use noetic_test_support::ScriptedResponse;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+mod fleet;
 mod memory;
 
 use memory::{Memory, memory, serve_for_memory_run};
@@ -56,6 +62,8 @@ use memory::{Memory, memory, serve_for_memory_run};
 const SUBSCRIBERS_ENV: &str = "NOETIC_BENCH_SUBSCRIBERS";
 /// The text deltas per turn.
 const DELTAS_ENV: &str = "NOETIC_BENCH_DELTAS";
+/// `fleet`: only the fleet part (three hosts on PostgreSQL).
+const PART_ENV: &str = "NOETIC_BENCH_PART";
 /// Set to `server` in the child process of the memory run.
 const ROLE_ENV: &str = "NOETIC_SERVE_BENCH_ROLE";
 const DEFAULT_SUBSCRIBERS: usize = 1_000;
@@ -247,7 +255,7 @@ fn events_url(base: &str, thread: &str) -> String {
 }
 
 /// What one subscriber read of its turn.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Tally {
     /// Events with data, up to and including `turn_completed`.
     events: u64,
@@ -662,11 +670,14 @@ fn main() {
          2 tokio workers, {cores} cores"
     );
     let started = Instant::now();
-    // Memory first, while this process has freed nothing its subscriptions could reuse.
-    let memory = memory(subscribers);
-    let runtime = runtime();
-    let (first, second) = runtime.block_on(throughput(subscribers, deltas, rounds));
-    drop(runtime);
-    print_table((subscribers, deltas, rounds), &first, &second, &memory);
+    if std::env::var(PART_ENV).as_deref() != Ok("fleet") {
+        // Memory first, while this process has freed nothing its subscriptions could reuse.
+        let memory = memory(subscribers);
+        let runtime = runtime();
+        let (first, second) = runtime.block_on(throughput(subscribers, deltas, rounds));
+        drop(runtime);
+        print_table((subscribers, deltas, rounds), &first, &second, &memory);
+    }
+    runtime().block_on(fleet::fleet(subscribers, deltas, rounds));
     println!("(the bench took {:.1} s)", started.elapsed().as_secs_f64());
 }
