@@ -244,6 +244,11 @@ impl AgentHarness {
     /// What the thread is doing: `Queued` from the moment a message is accepted until its turn
     /// starts, `Running` while a turn runs (`AwaitingApproval` while it waits for a person's
     /// decision), `Idle` when nothing runs or waits (also for a thread never used).
+    ///
+    /// On a harness with [`shared_threads`](crate::AgentHarnessBuilder::shared_threads), a turn
+    /// another host runs shows here (`Running`, `AwaitingApproval`) while this host follows the
+    /// thread's events (someone here subscribed to them); otherwise the thread is `Idle` here, and
+    /// [`AgentHarness::stored_thread`] says what the store holds of it.
     pub fn status(&self, scope: Scope) -> SessionStatus {
         let status = self
             .sessions()

@@ -520,12 +520,15 @@ impl Relay {
             };
             let bus = session.bus();
             if bus.is_retired() || session.journal.get().is_some() {
+                session.stop_following();
                 session.relaying.store(false, Ordering::Release);
                 return;
             }
             if bus.subscriber_count() == 0 {
                 idle += 1;
                 if idle > IDLE_POLLS {
+                    // Unfollowed, the status it followed would go stale.
+                    session.stop_following();
                     session.relaying.store(false, Ordering::Release);
                     // A subscriber that came meanwhile found it running: run on for it.
                     if bus.subscriber_count() == 0
@@ -548,6 +551,7 @@ impl Relay {
                         // An entry that does not decode is skipped: readers see a `Lagged` for
                         // its number and read it from the log themselves (and lag again).
                         if let Some(event) = decode(&self.thread_id, entry.seq, &entry.value) {
+                            session.follow_status(&event);
                             bus.relay(entry.seq, event);
                         }
                     }

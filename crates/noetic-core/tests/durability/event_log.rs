@@ -400,3 +400,72 @@ async fn a_host_dying_mid_round_is_taken_over_and_other_hosts_see_the_round_rest
     stop.send(()).unwrap();
     serving.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_host_following_a_thread_knows_its_status_and_aborts_its_turn_where_it_runs() {
+    let store = Arc::new(KvDurableStore::in_memory());
+    let options = EventLogOptions::new().poll(Duration::from_millis(5));
+    let partial = text_turn("an answer that stalls").into_events();
+    let stalled = ScriptedResponse::stall_after(partial[..partial.len() - 3].to_vec());
+    let front = harness(&store, &ScriptedModel::new(), true, options);
+    let worker = harness(
+        &store,
+        &ScriptedModel::with_responses([stalled]),
+        true,
+        options,
+    );
+    let mut on_front = front.sequenced_events(Scope::thread("t"), Replay::None);
+    let (stop, serving) = serve(&worker);
+    front
+        .execute("go", ExecuteOptions::new().thread_id("t"))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while shown_text(&seen).is_empty() {
+            seen.push(on_front.next().await.unwrap());
+        }
+    })
+    .await
+    .expect("the turn streams to the front");
+    let Some(StreamEvent::Framework(FrameworkEvent::TurnStarted { turn_id, .. })) =
+        seen.first().map(|event| (*event.event).clone())
+    else {
+        panic!("{seen:?}");
+    };
+    assert!(
+        matches!(front.status(Scope::thread("t")), noetic_core::SessionStatus::Running { turn_id: ref running, .. } if *running == turn_id),
+        "{:?}",
+        front.status(Scope::thread("t"))
+    );
+
+    // Aborted from the front: the worker, which runs the turn, aborts it.
+    let report = tokio::time::timeout(
+        Duration::from_secs(20),
+        front.abort(
+            noetic_core::AbortOptions::new()
+                .thread_id("t")
+                .reason("from the front"),
+        ),
+    )
+    .await
+    .expect("the abort is answered");
+    assert!(report.is_none(), "no drain asked: {report:?}");
+    let rest = through_turn_ends(&mut on_front, 1).await;
+    assert!(
+        matches!(
+            &*rest.last().unwrap().event,
+            StreamEvent::Framework(FrameworkEvent::TurnAborted {
+                error_kind: "CANCELLED",
+                ..
+            })
+        ),
+        "{rest:?}"
+    );
+    assert_eq!(
+        front.status(Scope::thread("t")),
+        noetic_core::SessionStatus::Idle
+    );
+    stop.send(()).unwrap();
+    serving.await.unwrap();
+}

@@ -66,6 +66,8 @@ pub(crate) struct Session {
     event_tap: Mutex<Option<Arc<EventTap>>>,
     /// Whether a task relays the thread's event log to its bus (a thread another host drives).
     pub(super) relaying: std::sync::atomic::AtomicBool,
+    /// What the relayed events say the thread is doing on the host that runs it.
+    followed: Mutex<Option<SessionStatus>>,
 }
 
 #[derive(Default)]
@@ -114,6 +116,72 @@ impl Session {
             inbox_wake: tokio::sync::Notify::new(),
             event_tap: Mutex::new(None),
             relaying: std::sync::atomic::AtomicBool::new(false),
+            followed: Mutex::new(None),
+        }
+    }
+
+    /// Forgets the followed status (its relay stopped).
+    pub(super) fn stop_following(&self) {
+        *crate::sync::lock(&self.followed) = None;
+    }
+
+    /// Follows what a relayed event (of a turn another host runs) says of the thread's status.
+    pub(super) fn follow_status(&self, event: &StreamEvent) {
+        let StreamEvent::Framework(event) = event else {
+            return;
+        };
+        let mut followed = crate::sync::lock(&self.followed);
+        match event {
+            FrameworkEvent::TurnStarted { turn_id, .. }
+            | FrameworkEvent::RoundRestarted { turn_id, .. } => {
+                *followed = Some(SessionStatus::Running {
+                    turn_id: turn_id.clone(),
+                    started_at: SystemTime::now(),
+                });
+            }
+            FrameworkEvent::ApprovalRequested {
+                approval_id,
+                call_id,
+                tool,
+                arguments,
+            } => {
+                let request = crate::approval::ApprovalRequest {
+                    approval_id: approval_id.clone(),
+                    thread_id: self.thread_id.clone(),
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                };
+                *followed = match followed.take() {
+                    Some(SessionStatus::AwaitingApproval { turn_id, mut calls }) => {
+                        calls.push(request);
+                        Some(SessionStatus::AwaitingApproval { turn_id, calls })
+                    }
+                    Some(SessionStatus::Running { turn_id, .. }) => {
+                        Some(SessionStatus::AwaitingApproval {
+                            turn_id,
+                            calls: vec![request],
+                        })
+                    }
+                    other => other,
+                };
+            }
+            FrameworkEvent::ApprovalDecided { approval_id, .. } => {
+                if let Some(SessionStatus::AwaitingApproval { turn_id, calls }) = followed.as_mut()
+                {
+                    calls.retain(|call| call.approval_id != *approval_id);
+                    if calls.is_empty() {
+                        *followed = Some(SessionStatus::Running {
+                            turn_id: std::mem::take(turn_id),
+                            started_at: SystemTime::now(),
+                        });
+                    }
+                }
+            }
+            FrameworkEvent::TurnCompleted { .. } | FrameworkEvent::TurnAborted { .. } => {
+                *followed = None;
+            }
+            _ => {}
         }
     }
 
@@ -392,6 +460,11 @@ impl Session {
     }
 
     pub(crate) fn status(&self) -> SessionStatus {
+        if self.journal.get().is_none()
+            && let Some(followed) = crate::sync::lock(&self.followed).clone()
+        {
+            return followed;
+        }
         let state = self.state();
         // A turn a crash interrupted counts as queued until it runs again.
         let resuming = usize::from(state.resume.is_some());
