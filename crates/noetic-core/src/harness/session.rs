@@ -421,6 +421,7 @@ impl AgentHarness {
             sessions: self.sessions().clone(),
             store: durability.store.clone(),
             options: durability.event_log?,
+            shared: self.inner.shared_threads,
         })
     }
 

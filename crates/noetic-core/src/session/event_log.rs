@@ -306,6 +306,9 @@ pub(crate) struct Follow {
     pub(crate) sessions: Arc<Sessions>,
     pub(crate) store: Arc<dyn DurableStore>,
     pub(crate) options: EventLogOptions,
+    /// Whether other hosts may run the thread's turns (`shared_threads`): only then is a thread
+    /// this host does not drive relayed from the log.
+    pub(crate) shared: bool,
 }
 
 struct Reader {
@@ -481,7 +484,8 @@ impl Follow {
     /// Starts the task relaying the log to `session`'s bus, unless it runs or this host drives the
     /// thread.
     fn relay(&self, session: &Arc<Session>) {
-        if session.journal.get().is_some()
+        if !self.shared
+            || session.journal.get().is_some()
             || session
                 .relaying
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
