@@ -89,6 +89,12 @@ pub struct PostgresOptions {
     pub acquire_timeout: Duration,
     /// Whose clock decides lease expiry (default [`LeaseClock::Database`]).
     pub lease_clock: LeaseClock,
+    /// How long the server lets a transaction of ours sit idle before it ends the session
+    /// (`idle_in_transaction_session_timeout`, default 5 s). Our transactions send their statements
+    /// back to back, so only a host that froze mid-transaction (SIGSTOP, a VM paused, a GC pause)
+    /// reaches it: its transaction is rolled back and its locks released, so another host can take
+    /// its threads over once their leases expire instead of waiting on its row locks for ever.
+    pub idle_in_transaction_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -97,6 +103,7 @@ impl Default for PostgresOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
             lease_clock: LeaseClock::Database,
+            idle_in_transaction_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -111,6 +118,12 @@ impl PostgresOptions {
     /// Sets [`PostgresOptions::acquire_timeout`].
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Sets [`PostgresOptions::idle_in_transaction_timeout`] (at least 1 ms).
+    pub fn idle_in_transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_in_transaction_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 
@@ -188,7 +201,11 @@ impl PostgresStorage {
         let location = redact(url);
         let secrets = secrets(url);
         let connect = PgConnectOptions::from_str(url)
-            .map_err(|error| error::map_connect("connect", &location, &secrets, error))?;
+            .map_err(|error| error::map_connect("connect", &location, &secrets, error))?
+            .options([(
+                "idle_in_transaction_session_timeout",
+                format!("{}ms", options.idle_in_transaction_timeout.as_millis()),
+            )]);
         // One connection of our own to migrate: it holds the migrator's advisory lock, and closing
         // it releases the lock whatever happened.
         let mut conn = match tokio::time::timeout(

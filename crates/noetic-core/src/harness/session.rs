@@ -422,6 +422,7 @@ impl AgentHarness {
             store: durability.store.clone(),
             options: durability.event_log?,
             shared: self.inner.shared_threads,
+            runtime: self.runtime().clone(),
         })
     }
 

@@ -309,6 +309,8 @@ pub(crate) struct Follow {
     /// Whether other hosts may run the thread's turns (`shared_threads`): only then is a thread
     /// this host does not drive relayed from the log.
     pub(crate) shared: bool,
+    /// The runtime, whose session keeper lets unwatched followed sessions go.
+    pub(crate) runtime: Arc<crate::runtime::Runtime>,
 }
 
 struct Reader {
@@ -493,6 +495,7 @@ impl Follow {
         {
             return;
         }
+        self.sessions.start_keeper(&self.runtime);
         let relay = Relay {
             session: Arc::downgrade(session),
             store: self.store.clone(),

@@ -110,6 +110,18 @@ impl Sessions {
     /// `older_than`: it leaves memory, its thread lease is released, and its next use reads it back.
     /// Returns how many were evicted.
     pub(crate) async fn evict_idle(&self, older_than: Duration, wait_for_writes: bool) -> usize {
+        // Sessions only followed (another host runs their threads) hold nothing once unwatched.
+        {
+            let mut map = self.map();
+            map.retain(|_, session| {
+                let keep = !session.unwatched_follower();
+                if !keep {
+                    session.state().evicted = true;
+                    session.retire();
+                }
+                keep
+            });
+        }
         let candidates: Vec<Arc<Session>> = self
             .map()
             .values()

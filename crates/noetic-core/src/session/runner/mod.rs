@@ -275,6 +275,24 @@ impl Session {
         tasks.spawn(run_session(self.clone(), runtime.clone(), graph.clone()));
     }
 
+    /// A session this host only followed (another host runs the thread) that nobody watches any
+    /// more: nothing of it is kept here (its history is the store's), so it may leave memory.
+    pub(super) fn unwatched_follower(&self) -> bool {
+        if self.journal.get().is_some()
+            || !self.bus.is_based()
+            || self.bus.subscriber_count() > 0
+            || self.relaying.load(std::sync::atomic::Ordering::Acquire)
+        {
+            return false;
+        }
+        let state = self.state();
+        state.running.is_none()
+            && state.queue.is_empty()
+            && state.resume.is_none()
+            && !state.seeded
+            && !state.runner_active
+    }
+
     pub(super) fn evictable(&self, older_than: Duration) -> bool {
         self.journal.get().is_some() && self.evictable_locked(&self.state(), older_than)
     }
