@@ -29,6 +29,19 @@ use crate::state::AppState;
 /// How long a response may be silent before a comment line keeps proxies from closing it.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// An output item of the model call in progress, by its output index, as a wire's translator
+/// tracks it.
+pub(crate) enum Open {
+    /// A message: one text part (or message), opened at its first text.
+    Text { id: String, started: bool },
+    /// A reasoning item: one reasoning part (or span), opened at its first text.
+    Reasoning { id: String, started: bool },
+    /// A function call, announced once its call id is known.
+    Call { call_id: String, name: String },
+    /// Anything else (hosted tools, vendor items): nothing on the wire.
+    Other,
+}
+
 /// Which turn a response follows.
 pub(crate) enum Target {
     /// The turn that takes this message (or that the message steered into).

@@ -142,7 +142,7 @@ pub(crate) async fn thread_state(state: &AppState, thread_id: &str) -> Result<Va
     let local = state.harness.status(scope.clone());
     if !state.harness.shares_threads() || !matches!(local, SessionStatus::Idle) {
         let mut body = status_json(&local);
-        body["here"] = json!(!matches!(local, SessionStatus::Idle));
+        body["here"] = json!(state.harness.runs_turn_here(scope));
         return Ok(body);
     }
     let Some(stored) = state.harness.stored_thread(thread_id).await? else {

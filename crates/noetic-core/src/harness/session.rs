@@ -273,6 +273,16 @@ impl AgentHarness {
         }
     }
 
+    /// Whether a turn of the thread runs on this host now (on a harness sharing threads, another
+    /// host's turn that [`AgentHarness::status`] shows is not).
+    pub fn runs_turn_here(&self, scope: Scope) -> bool {
+        self.sessions()
+            .get(scope.thread_id())
+            .is_some_and(|session| {
+                session.is_running() && (!self.inner.shared_threads || session.drives())
+            })
+    }
+
     /// Tokens and cost of every turn of the thread so far, failed ones included.
     pub fn usage(&self, scope: Scope) -> Spend {
         self.sessions()

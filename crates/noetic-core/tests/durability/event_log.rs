@@ -10,10 +10,12 @@ use futures_util::stream::BoxStream;
 use noetic_core::adapter::durable::DurableStore;
 use noetic_core::{
     AgentHarness, EventLogOptions, ExecuteOptions, FrameworkEvent, KvDurableStore, Replay,
-    ResponseEvent, Scope, SequencedEvent, ServeOptions, StreamEvent, call_model,
+    ResponseEvent, Scope, SequencedEvent, StreamEvent, call_model,
 };
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 use tokio::sync::oneshot;
+
+use crate::support::serve;
 
 fn harness(
     store: &Arc<KvDurableStore>,
@@ -84,23 +86,6 @@ fn json(events: &[SequencedEvent]) -> Vec<serde_json::Value> {
         .iter()
         .map(|event| event.event.to_json("log"))
         .collect()
-}
-
-fn serve(harness: &AgentHarness) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let harness = harness.clone();
-    let serving = tokio::spawn(async move {
-        harness
-            .serve(
-                async {
-                    let _ = stopped.await;
-                },
-                ServeOptions::default().poll_interval(Duration::from_millis(20)),
-            )
-            .await
-            .unwrap();
-    });
-    (stop, serving)
 }
 
 /// The text a client shows for `events`: the text deltas, where a `round_restarted` voids those of

@@ -9,7 +9,7 @@ use futures_util::future::BoxFuture;
 use noetic_core::adapter::durable::{Commit, DurableStore, Lease, LeaseRequest, LogEntry, Records};
 use noetic_core::{
     AgentHarness, DeliveryMode, Error, ExecuteOptions, Item, KvDurableStore, ServeOptions,
-    ServeReport, StorageAdapter, StorageOp, StoredThread, Tool, ToolContext, ToolError, call_model,
+    StorageAdapter, StorageOp, StoredThread, Tool, ToolContext, ToolError, call_model,
 };
 use noetic_test_support::{RecordedRequest, ScriptedModel, ScriptedResponse};
 use schemars::JsonSchema;
@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use crate::support::{Counts, echo_tool};
+use crate::support::{Counts, echo_tool, serve};
 
 /// The shared store, announcing every commit (so a test can wait for the state it expects) and
 /// counting the thread messages read back (so it knows when a host has read one).
@@ -178,23 +178,6 @@ fn on(thread: &str) -> ExecuteOptions {
 }
 
 /// Serves `harness` on a task until the returned sender is used (or dropped).
-fn serve(harness: &AgentHarness) -> (oneshot::Sender<()>, tokio::task::JoinHandle<ServeReport>) {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let harness = harness.clone();
-    let serving = tokio::spawn(async move {
-        harness
-            .serve(
-                async {
-                    let _ = stopped.await;
-                },
-                ServeOptions::default().poll_interval(Duration::from_millis(50)),
-            )
-            .await
-            .unwrap()
-    });
-    (stop, serving)
-}
-
 async fn stored(harness: &AgentHarness, thread: &str) -> Option<StoredThread> {
     harness.stored_thread(thread).await.unwrap()
 }

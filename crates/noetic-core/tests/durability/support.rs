@@ -5,14 +5,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use noetic_core::{
-    AgentHarness, Context, ContextOptions, KvDurableStore, Step, Tool, ToolContext, ToolError,
-    call_model, run_code, sequence,
+    AgentHarness, Context, ContextOptions, KvDurableStore, ServeOptions, ServeReport, Step, Tool,
+    ToolContext, ToolError, call_model, run_code, sequence,
 };
 use noetic_test_support::{ScriptedModel, ScriptedResponse};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// What the agent's code and tools did, across every harness that ran it.
 #[derive(Default)]
@@ -176,4 +176,24 @@ pub(crate) async fn run_until(
 /// The JSON of items, to compare logs.
 pub(crate) fn json_of(items: &[noetic_core::Item]) -> Value {
     serde_json::to_value(items).unwrap()
+}
+
+/// Serves `harness` (a host of a fleet, polling every 50 ms) on a task until the sender is used.
+pub(crate) fn serve(
+    harness: &AgentHarness,
+) -> (oneshot::Sender<()>, tokio::task::JoinHandle<ServeReport>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let harness = harness.clone();
+    let serving = tokio::spawn(async move {
+        harness
+            .serve(
+                async {
+                    let _ = stopped.await;
+                },
+                ServeOptions::default().poll_interval(std::time::Duration::from_millis(50)),
+            )
+            .await
+            .unwrap()
+    });
+    (stop, serving)
 }

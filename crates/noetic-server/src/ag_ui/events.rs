@@ -11,7 +11,7 @@ use noetic_core::{ApprovalRequest, FrameworkEvent, ResponseEvent, StreamEvent};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::follow::event_data;
+use crate::follow::{Open, event_data};
 
 /// One AG-UI event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -146,18 +146,6 @@ pub(crate) fn frame(event: &Event) -> String {
         json!({"type": "RUN_ERROR", "message": error.to_string(), "code": "INTERNAL"}).to_string()
     });
     format!("data: {json}\n\n")
-}
-
-/// An output item of the model call in progress, by its output index.
-enum Open {
-    /// A message: one text message, opened at its first text.
-    Text { id: String, started: bool },
-    /// A reasoning item: one reasoning span, opened at its first text.
-    Reasoning { id: String, started: bool },
-    /// A function call, started once its call id is known.
-    Call { call_id: String, name: String },
-    /// Anything else (hosted tools, vendor items).
-    Other,
 }
 
 /// The translation state of one turn.

@@ -9,19 +9,7 @@ use noetic_core::item::Item;
 use noetic_core::{FrameworkEvent, ResponseEvent, StreamEvent};
 use serde_json::{Value, json};
 
-use crate::follow::event_data;
-
-/// An output item of the model call in progress, by its output index.
-enum Open {
-    /// A message: one text part, opened at its first text.
-    Text { id: String, started: bool },
-    /// A reasoning item: one reasoning part, opened at its first text.
-    Reasoning { id: String, started: bool },
-    /// A function call, announced once its call id is known.
-    Call { call_id: String, name: String },
-    /// Anything else (hosted tools, vendor items): no part.
-    Other,
-}
+use crate::follow::{Open, event_data};
 
 /// The translation state of one turn.
 #[derive(Default)]

@@ -374,7 +374,7 @@ impl Session {
     }
 
     /// Whether a turn runs.
-    pub(super) fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.state().running.is_some()
     }
 
