@@ -183,19 +183,12 @@ async fn items(
 ) -> Result<Json<Value>, ApiError> {
     state.known(&thread_id).await?;
     let scope = Scope::thread(thread_id.clone());
-    if state.harness.shares_threads() {
-        // A thread no turn of this host runs: as the store has it (its last turn's end), wherever
-        // it runs.
-        if matches!(state.harness.status(scope.clone()), SessionStatus::Idle) {
-            let stored = state.harness.stored_thread(&thread_id).await?;
-            let items = stored.map(|thread| thread.history).unwrap_or_default();
-            return Ok(Json(json!({"items": items})));
-        }
-    } else {
+    if !state.harness.shares_threads() {
         // A thread of an earlier run of the server is read back before its history is asked for.
         state.harness.load_thread(&thread_id).await?;
     }
-    let items = state.harness.session_history(scope);
+    // Wherever it runs: this host's, or the store's for a thread another host runs.
+    let items = state.harness.thread_history(scope).await?;
     Ok(Json(json!({"items": items})))
 }
 

@@ -298,12 +298,35 @@ impl AgentHarness {
             .map_or(0, |session| session.queue_len())
     }
 
-    /// The thread's conversation history (empty for a thread never used).
+    /// The thread's conversation history (empty for a thread never used). On a harness with
+    /// [`shared_threads`](crate::AgentHarnessBuilder::shared_threads) this is this host's session:
+    /// see [`AgentHarness::thread_history`] for a thread another host runs.
     pub fn session_history(&self, scope: Scope) -> Vec<Item> {
         self.sessions()
             .get(scope.thread_id())
             .map(|session| session.history())
             .unwrap_or_default()
+    }
+
+    /// The thread's conversation history wherever its turns run: this host's session when it
+    /// drives the thread (always, without `shared_threads`), otherwise the store's, as the thread's
+    /// last turn left it (a turn running on another host adds its items when it ends).
+    ///
+    /// # Errors
+    /// On a host sharing threads, the store's errors and bad rows.
+    pub async fn thread_history(&self, scope: Scope) -> Result<Vec<Item>> {
+        let thread_id = scope.thread_id();
+        if self.inner.shared_threads
+            && let Some(durability) = self.runtime().durability()
+            && self
+                .sessions()
+                .get(thread_id)
+                .is_none_or(|session| !session.drives())
+        {
+            let stored = crate::session::read_stored(durability, thread_id).await?;
+            return Ok(stored.map(|thread| thread.history).unwrap_or_default());
+        }
+        Ok(self.session_history(scope))
     }
 
     /// What the model would see as the input of the thread's next request: the thread's history

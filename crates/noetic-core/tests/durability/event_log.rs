@@ -271,6 +271,14 @@ async fn hosts_sharing_a_thread_stream_its_turns_live_with_the_running_host_s_nu
     .expect("an answer")
     .unwrap();
     assert_eq!(answer.text, "served by the worker, streamed to the front");
+    // And its history is the store's, the same the worker has.
+    let history = front.thread_history(Scope::thread("t")).await.unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(
+        history[1].text().as_deref(),
+        Some("served by the worker, streamed to the front")
+    );
+    assert!(front.session_history(Scope::thread("t")).is_empty());
 
     // The next turn, after the worker let the thread go and claimed it again: both streams go on.
     front
