@@ -554,8 +554,10 @@ pub struct EventLogOptions {
     /// How many of a thread's latest events its log keeps (default 10,000); older ones are trimmed
     /// as new ones are written, and a reader asking for them gets a `Lagged`.
     pub retain: u64,
-    /// How often a host following a thread another host drives reads its log for new events
-    /// (default 50 ms): the delay a follower adds, and one read per followed thread per period.
+    /// How often, at worst, a host following a thread another host drives reads its log for new
+    /// events (default 50 ms): each write wakes it at once where the store can tell
+    /// (PostgreSQL's `NOTIFY`); otherwise this is the delay a follower adds, one read per followed
+    /// thread per period.
     pub poll: Duration,
 }
 

@@ -260,7 +260,8 @@ async fn apply(conn: &mut PgConnection, commit: Commit, clock: LeaseClock) -> Re
             .await
             .map_err(|error| map("drop_lease", first, error))?;
     }
-    crate::runnable::apply(conn, &commit.clear_runnable, &commit.mark_runnable).await
+    crate::runnable::apply(conn, &commit.clear_runnable, &commit.mark_runnable).await?;
+    crate::runnable::announce(conn, &commit.announce).await
 }
 
 /// The puts as `(keys, values)` columns in key order (so two commits putting the same records lock
@@ -556,6 +557,15 @@ impl DurableStore for PostgresStorage {
 
     fn wait_runnable(&self, timeout: Duration) -> BoxFuture<'_, Result<Vec<String>>> {
         let wait = self.wake().wait(timeout);
+        Box::pin(async move { Ok(wait.await) })
+    }
+
+    fn wait_announced<'a>(
+        &'a self,
+        name: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        let wait = self.wake().wait_announced(name, timeout);
         Box::pin(async move { Ok(wait.await) })
     }
 

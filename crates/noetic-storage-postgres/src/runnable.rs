@@ -7,7 +7,9 @@
 //! the same rule as [`DurableStore::acquire_lease`](noetic_core::DurableStore::acquire_lease).
 //! `LISTEN` runs on one connection per store, in a task that forwards names to every waiter; it is
 //! only a wake-up — the rows are the truth, and a notification lost while the listener reconnects
-//! costs a waiter its poll interval, nothing more.
+//! costs a waiter its poll interval, nothing more. The same connection listens on
+//! [`ANNOUNCE_CHANNEL`] for the names commits announce (a thread's event log that grew), which wake
+//! `wait_announced` waiters (the hosts relaying that log).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +28,25 @@ use crate::{LeaseClock, PostgresStorage, PrefixSql};
 
 /// The channel marks are announced on (payload: the name).
 pub const CHANNEL: &str = "noetic_runnable";
+/// The channel [`Commit::announce`](noetic_core::adapter::durable::Commit::announce)d names go
+/// on (payload: the name).
+pub const ANNOUNCE_CHANNEL: &str = "noetic_announce";
+
+const ANNOUNCE: &str = "SELECT pg_notify($2, n) FROM UNNEST($1::text[]) AS n";
+
+/// Announces `names` inside the commit's transaction (delivered when it commits).
+pub(crate) async fn announce(conn: &mut PgConnection, names: &[String]) -> Result<()> {
+    let Some(first) = names.first() else {
+        return Ok(());
+    };
+    sqlx::query(ANNOUNCE)
+        .bind(names)
+        .bind(ANNOUNCE_CHANNEL)
+        .execute(&mut *conn)
+        .await
+        .map_err(|error| map("announce", first, error))?;
+    Ok(())
+}
 
 /// Marks in the commit's order (their places follow it), announcing each. A name already marked
 /// keeps its place, but its row is still written (`DO UPDATE`, not `DO NOTHING`): that locks it until
@@ -160,6 +181,7 @@ pub(crate) async fn claim(
 /// stops when the store's last clone is dropped (with it, `_stop`).
 pub(crate) struct Wake {
     names: broadcast::Sender<Arc<str>>,
+    announced: broadcast::Sender<Arc<str>>,
     _stop: watch::Sender<()>,
 }
 
@@ -167,16 +189,45 @@ impl Wake {
     /// Starts the listening task for `store`'s database.
     pub(crate) fn start(store: &PostgresStorage) -> Wake {
         let (names, _) = broadcast::channel(1024);
+        let (announced, _) = broadcast::channel(1024);
         let (stop_sender, stop) = watch::channel(());
         tokio::spawn(listen(
             store.pool().clone(),
             store.location().to_owned(),
-            names.clone(),
+            (names.clone(), announced.clone()),
             stop,
         ));
         Wake {
             names,
+            announced,
             _stop: stop_sender,
+        }
+    }
+
+    /// Waits (registered now) until `name` is announced, at most `timeout`; `true` when it was.
+    /// A waiter that fell behind the channel counts as woken (it looks at the data anyway).
+    pub(crate) fn wait_announced(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = bool> + Send + 'static {
+        let mut announced = self.announced.subscribe();
+        let name: Arc<str> = Arc::from(name);
+        async move {
+            tokio::time::timeout(timeout, async {
+                loop {
+                    match announced.recv().await {
+                        Ok(said) if said == name => return true,
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                }
+            })
+            .await
+            .unwrap_or(false)
         }
     }
 
@@ -205,16 +256,19 @@ impl Wake {
 
 /// The listening task: one connection `LISTEN`ing on [`CHANNEL`], reconnecting after a failure
 /// (a second later), forwarding every name until `stop` closes.
+/// Where notifications go: runnable marks, announced names.
+type Senders = (broadcast::Sender<Arc<str>>, broadcast::Sender<Arc<str>>);
+
 async fn listen(
     pool: sqlx::PgPool,
     location: String,
-    names: broadcast::Sender<Arc<str>>,
+    senders: Senders,
     mut stop: watch::Receiver<()>,
 ) {
     loop {
         let failed = tokio::select! {
             _ = stop.changed() => return,
-            failed = listen_once(&pool, &names) => failed,
+            failed = listen_once(&pool, &senders) => failed,
         };
         tracing::warn!(
             database = %location,
@@ -229,18 +283,23 @@ async fn listen(
 }
 
 /// Listens until the connection fails; returns the failure.
-async fn listen_once(pool: &sqlx::PgPool, names: &broadcast::Sender<Arc<str>>) -> sqlx::Error {
+async fn listen_once(pool: &sqlx::PgPool, (names, announced): &Senders) -> sqlx::Error {
     let mut listener = match PgListener::connect_with(pool).await {
         Ok(listener) => listener,
         Err(error) => return error,
     };
-    if let Err(error) = listener.listen(CHANNEL).await {
+    if let Err(error) = listener.listen_all([CHANNEL, ANNOUNCE_CHANNEL]).await {
         return error;
     }
     loop {
         match listener.recv().await {
             Ok(notification) => {
-                let _ = names.send(Arc::from(notification.payload()));
+                let payload = Arc::from(notification.payload());
+                let _ = if notification.channel() == ANNOUNCE_CHANNEL {
+                    announced.send(payload)
+                } else {
+                    names.send(payload)
+                };
             }
             Err(error) => return error,
         }

@@ -102,6 +102,10 @@ pub struct Commit {
     pub clear_runnable: Vec<String>,
     /// Runnable marks set; a name already marked keeps its place in the claim order.
     pub mark_runnable: Vec<String>,
+    /// Names announced to [`DurableStore::wait_announced`] waiters once the commit is applied
+    /// (a log that grew, say): a wake-up only, writing nothing. A store that cannot tell other
+    /// processes ignores them (its waiters poll).
+    pub announce: Vec<String>,
 }
 
 impl Commit {
@@ -157,6 +161,12 @@ impl Commit {
     /// Marks lease name `name` runnable (see [`DurableStore::claim_runnable`]).
     pub fn mark_runnable(mut self, name: impl Into<String>) -> Self {
         self.mark_runnable.push(name.into());
+        self
+    }
+
+    /// Announces `name` to [`DurableStore::wait_announced`] waiters once the commit is applied.
+    pub fn announce(mut self, name: impl Into<String>) -> Self {
+        self.announce.push(name.into());
         self
     }
 
@@ -479,6 +489,29 @@ pub trait DurableStore: Send + Sync + 'static {
             Ok(Vec::new())
         })
     }
+
+    /// Waits until a commit announces `name` ([`Commit::announce`]), at most `timeout`: `true`
+    /// when one did (on any host, when the store can tell: PostgreSQL's `NOTIFY`), `false` at the
+    /// timeout. Only a wake-up: the waiter looks at the data itself. The waiter is registered when
+    /// this is called, not when the future is first polled, so an announcement made between the
+    /// call and a look at the data still wakes it. The provided implementation sleeps `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the store fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    fn wait_announced<'a>(
+        &'a self,
+        name: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        let _ = name;
+        Box::pin(async move {
+            tokio::time::sleep(timeout).await;
+            Ok(false)
+        })
+    }
 }
 
 macro_rules! forward_durable {
@@ -539,6 +572,14 @@ macro_rules! forward_durable {
 
             fn wait_runnable(&self, timeout: Duration) -> BoxFuture<'_, Result<Vec<String>>> {
                 (**self).wait_runnable(timeout)
+            }
+
+            fn wait_announced<'a>(
+                &'a self,
+                name: &'a str,
+                timeout: Duration,
+            ) -> BoxFuture<'a, Result<bool>> {
+                (**self).wait_announced(name, timeout)
             }
         }
     )*};

@@ -11,8 +11,9 @@
 //!   ([`super::bus::EventBus::rebase`]), so the numbers are the same on every host and every life of
 //!   the thread.
 //! - **Following** (a host with subscribers on a thread another host drives): a relay task reads
-//!   the log after the bus's last number every [`EventLogOptions::poll`] and publishes what it finds
-//!   at its own numbers ([`super::bus::EventBus::relay`]).
+//!   the log after the bus's last number whenever a writer's commit announces it
+//!   ([`DurableStore::wait_announced`]: PostgreSQL's `NOTIFY`), and every [`EventLogOptions::poll`]
+//!   at worst, and publishes what it finds at its own numbers ([`super::bus::EventBus::relay`]).
 //! - **Reading** ([`follow`]): a subscriber gets each event once it is in the log (on the driving
 //!   host, after the writer's commit that holds it: a number a reader saw is never given to another
 //!   event, whatever crashes); it reads the bus; where the bus no longer keeps what it
@@ -44,6 +45,9 @@ pub(crate) fn events_log(thread_id: &str) -> String {
 
 /// Most events one commit appends.
 const MAX_BATCH: usize = 512;
+/// Most numbers a writer records as a gap (a bus that jumped ahead of the log); beyond, the numbers
+/// are not the log's and nothing more is written.
+const MAX_GAP: u64 = 4096;
 /// How long a writer waits before retrying a failed commit, at first and at most.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(2);
@@ -246,8 +250,8 @@ impl Writer {
         let last = batch.last().map_or(first, |(seq, _)| *seq);
         // Numbers this writer never saw (a bus that jumped ahead) are recorded as gaps.
         let gap = first.saturating_sub(self.next);
-        if first < self.next {
-            tracing::warn!(thread_id = %self.thread_id, first, next = self.next, "event numbers went back; not written");
+        if first < self.next || gap > MAX_GAP {
+            tracing::warn!(thread_id = %self.thread_id, first, next = self.next, "event numbers do not follow the log's; not written");
             return false;
         }
         let mut entries = Vec::with_capacity(batch.len() + gap as usize);
@@ -258,11 +262,10 @@ impl Writer {
             entries.push(encode(event));
             expected = seq + 1;
         }
-        let mut commit = Commit::new().fenced(Some(self.fence.clone())).append(
-            self.log.clone(),
-            self.next,
-            entries,
-        );
+        let mut commit = Commit::new()
+            .fenced(Some(self.fence.clone()))
+            .append(self.log.clone(), self.next, entries)
+            .announce(self.log.clone());
         let end = last + 1;
         if end > self.retain && end - self.retain > self.trimmed_below + self.retain / 4 {
             commit = commit.trim(self.log.clone(), end - self.retain);
@@ -551,6 +554,8 @@ impl Relay {
                 idle = 0;
             }
             next = next.max(bus.next_seq());
+            // Waiting for the log's next announcement from before the look, so none falls between.
+            let announced = self.store.wait_announced(&self.log, self.poll);
             match self.store.read_log(&self.log, next).await {
                 Ok(entries) if !entries.is_empty() => {
                     for entry in entries {
@@ -570,7 +575,10 @@ impl Relay {
                 }
             }
             drop(session);
-            tokio::time::sleep(self.poll).await;
+            if let Err(error) = announced.await {
+                tracing::warn!(thread_id = %self.thread_id, %error, "event log wake-up failed");
+                tokio::time::sleep(self.poll).await;
+            }
         }
     }
 }

@@ -152,8 +152,8 @@ pub(crate) async fn fleet(subscribers: usize, deltas: usize, rounds: usize) {
     println!();
     println!(
         "fleet: 3 hosts on one PostgreSQL (one runs the turn), {subscribers} subscribers of one \
-         thread spread over the three, {deltas} text deltas per turn, {rounds} rounds; relays poll \
-         the event log every {} ms",
+         thread spread over the three, {deltas} text deltas per turn, {rounds} rounds; relays are \
+         woken by the log's NOTIFY, and read it every {} ms at worst",
         EventLogOptions::new().poll.as_millis()
     );
     println!();

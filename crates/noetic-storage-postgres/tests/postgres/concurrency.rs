@@ -304,3 +304,40 @@ async fn a_clear_racing_a_mark_of_the_same_name_never_loses_the_mark_and_the_mes
         seen.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_announced_by_one_host_wakes_the_waiters_for_it_on_another() {
+    let db = test_database_or_skip!();
+    let writer = store(&db, LeaseClock::Database).await;
+    let waiter = store(&db, LeaseClock::Database).await;
+    let name = "thread/t/events";
+    let announce = |seq: u64| {
+        Commit::new()
+            .append(name, seq, vec![b"event".to_vec()])
+            .announce(name)
+    };
+    // The waiter's LISTEN connection starts with its first wait: until it listens, announcements
+    // go unheard (a waiter then polls), so the first ones may be missed.
+    let mut seq = 0;
+    let mut heard = false;
+    for _ in 0..50 {
+        let wait = waiter.wait_announced(name, std::time::Duration::from_millis(200));
+        writer.commit(announce(seq)).await.unwrap();
+        seq += 1;
+        if wait.await.unwrap() {
+            heard = true;
+            break;
+        }
+    }
+    assert!(heard, "no announcement heard in 50 tries");
+    // Registered when called: an announcement made before the wait is awaited still wakes it.
+    let wait = waiter.wait_announced(name, std::time::Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    writer.commit(announce(seq)).await.unwrap();
+    assert!(wait.await.unwrap());
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Another name does not wake it: the wait ends at its timeout.
+    let other = waiter.wait_announced("thread/u/events", std::time::Duration::from_millis(300));
+    writer.commit(announce(seq + 1)).await.unwrap();
+    assert!(!other.await.unwrap());
+}
