@@ -36,6 +36,7 @@
 //! | [`approvals`] | `a_call_awaiting_approval_survives_a_crash_and_runs_once_when_approved_on_a_new_harness` | a durable approval is listed by a new harness after a crash, decided there once, and its call runs once |
 //! | [`threads`] | `threads_left_idle_are_read_back_and_continued_by_a_new_harness` | idle threads leave memory and resume their own history; a second harness takes a released thread over |
 //! | [`corrupt_rows`] | `corrupt_rows_are_named_with_their_stable_codes_and_other_rows_still_read` | garbage under a checkpoint, thread, message, paid-call or approval row is `CHECKPOINT_CORRUPT` (or `CHECKPOINT_SCHEMA_MISMATCH`) naming the row; an unknown execution is `CHECKPOINT_NOT_FOUND`; others still read |
+//! | [`event_log`] | `a_thread_s_event_log_is_replayed_by_a_new_harness_with_its_ids_and_trimmed_to_retain` | a thread's event log (`event_log`): what one harness streamed, a new harness replays after any id with the same ids and events; trimmed to `retain`, one `Lagged` for what is gone; the new harness numbers on |
 //!
 //! The store sections ([`commits`] to [`runnable`]) use fake timestamps: a store that decides leases
 //! on a clock of its own (PostgreSQL's `LeaseClock::Database`) runs them on the caller's clock. The
@@ -47,6 +48,7 @@
 //! one store, for stores that cannot be opened twice (SQLite in memory) and for wrappers.
 
 mod corrupt;
+mod events;
 mod harness;
 
 use std::fmt;
@@ -60,6 +62,7 @@ use noetic_core::adapter::durable::DurableStore;
 
 pub use crate::durable::{commits, leases, logs, prefix_reads, runnable};
 pub use corrupt::corrupt_rows;
+pub use events::event_log;
 pub use harness::{approvals, paid_calls, threads};
 
 /// What a store must be for the harness sections: a [`DurableStore`] and [`StorageAdapter`] a
@@ -174,6 +177,11 @@ macro_rules! durable_store_conformance {
             @harness $fresh,
             corrupt_rows_are_named_with_their_stable_codes_and_other_rows_still_read,
             corrupt_rows
+        );
+        $crate::durable_store_conformance!(
+            @harness $fresh,
+            a_thread_s_event_log_is_replayed_by_a_new_harness_with_its_ids_and_trimmed_to_retain,
+            event_log
         );
     };
     (@store $fresh:block, $test:ident, $section:ident) => {
