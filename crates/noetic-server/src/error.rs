@@ -40,6 +40,10 @@ pub const CODES: &[(&str, &str)] = &[
         "An abort of a thread with no turn running (409).",
     ),
     (
+        "SERVER_AWAITING_APPROVAL",
+        "A user message posted to the AI SDK chat while the thread waits for tool approvals (409): answer them first (the assistant message with the approval responses), then send it.",
+    ),
+    (
         "SERVER_INTERRUPT_PENDING",
         "An AG-UI run brought a new message while the thread waits for tool approvals (`RUN_ERROR`): answer the open interrupts in the next run's `resume` first.",
     ),

@@ -405,6 +405,28 @@ async fn an_approval_closes_the_response_and_its_answer_continues_the_same_turn(
         "{status:?}"
     );
 
+    // A new user message meanwhile is refused (it would wait behind the approval): answer first.
+    let refused = served
+        .chat(user_message("a", "u2", "and another thing"))
+        .await;
+    assert_eq!(refused.status().as_u16(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "SERVER_AWAITING_APPROVAL", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(request["approvalId"].as_str().unwrap()),
+        "{body}"
+    );
+    // The re-post of the message that is waiting still joins its turn (it is no new message).
+    let again = served.say("a", "u1", "go").await.rest().await;
+    assert_eq!(
+        again.last().unwrap()["finishReason"],
+        "tool-calls",
+        "{again:?}"
+    );
+
     let response = served.chat(approval_answer("a", &first, true)).await;
     let rest = UiStream::open(response).rest().await;
     assert_eq!(

@@ -9,7 +9,8 @@
 //!   message whose tool parts are `approval-responded` approves or rejects those calls, and the
 //!   response goes on with the same turn. The response is that turn as the UI message stream, until
 //!   it ends or waits for a person's approval (`tool-approval-request`, then `finish` with
-//!   `tool-calls`: the turn stays parked).
+//!   `tool-calls`: the turn stays parked). A new user message while the thread waits for approvals
+//!   is refused (409 `SERVER_AWAITING_APPROVAL`): answer them first.
 //! - `GET /v1/ai-sdk/chat/{id}/stream` resumes: `204` when nothing runs on the thread, else the
 //!   running turn replayed from its start (the client's default `resumeStreamIsReplay`).
 //!
@@ -111,6 +112,23 @@ async fn submit(
         return Err(ApiError::bad_request("the last message has no text part"));
     }
     let input = message_input(MessageInput::Text(text), state.config.max_message_bytes)?;
+    // A new message while the turn waits for a person would queue behind it, its response open
+    // until the approvals are answered (and `useChat`'s own answer could not be sent meanwhile).
+    let retried = state.accepted(thread_id, &message.id);
+    if !retried
+        && let SessionStatus::AwaitingApproval { calls, .. } =
+            state.harness.status(Scope::thread(thread_id.to_owned()))
+    {
+        let ids: Vec<&str> = calls.iter().map(|call| call.approval_id.as_str()).collect();
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "SERVER_AWAITING_APPROVAL",
+            format!(
+                "thread `{thread_id}` waits for tool approvals ({}): answer them before sending a message",
+                ids.join(", ")
+            ),
+        ));
+    }
     // Subscribed before the message is accepted: its turn cannot start unseen.
     let events = follow::subscribe(state, thread_id, Replay::None);
     let message_id = (!message.id.is_empty()).then_some(message.id);
