@@ -10,39 +10,11 @@
 #[path = "native/support.rs"]
 mod support;
 
-use noetic_core::{
-    AgentHarness, ResponseEvent, Scope, SessionStatus, Tool, ToolContext, ToolError, call_model,
-};
+use noetic_core::{Scope, SessionStatus};
 use noetic_server::ServeConfig;
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 use serde_json::{Value, json};
-use support::{Served, SseReader, bounded, status_and_json};
-
-/// A harness whose agent is one model call on `provider`, offering `tools`.
-fn harness(provider: impl noetic_core::ModelProvider + 'static, tools: Vec<Tool>) -> AgentHarness {
-    AgentHarness::builder("agent")
-        .provider("p", provider)
-        .agent_graph(call_model("llm").model("m").tools(tools).build())
-        .build()
-        .unwrap()
-}
-
-/// `echo`, which answers `echoed <text>`; gated when `approval`.
-fn echo_tool(approval: bool) -> Tool {
-    Tool::dynamic(
-        "echo",
-        "Echoes its text",
-        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-        |args: Value, _: ToolContext| async move {
-            Ok::<_, ToolError>(json!(format!(
-                "echoed {}",
-                args["text"].as_str().unwrap_or("")
-            )))
-        },
-    )
-    .unwrap()
-    .needs_approval(approval)
-}
+use support::{Served, SseReader, bounded, delta, echo_tool, harness, status_and_json};
 
 /// A `RunAgentInput` as `HttpAgent` sends it: the whole history, the new user message last.
 fn input(thread: &str, run: &str, messages: Value) -> Value {
@@ -479,14 +451,6 @@ async fn a_rejection_sends_the_denial_as_the_result_and_the_turn_answers() {
         "{cancelled:#?}"
     );
     assert_eq!(text_of(&cancelled), "Cancelled, then.");
-}
-
-fn delta(text: &str) -> ResponseEvent {
-    ResponseEvent::OutputTextDelta {
-        output_index: 0,
-        content_index: 0,
-        delta: text.to_owned(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

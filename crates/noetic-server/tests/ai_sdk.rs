@@ -6,59 +6,19 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+#[allow(dead_code)]
+#[path = "native/support.rs"]
+mod support;
 
 use futures_util::StreamExt;
-use noetic_core::{AgentHarness, ResponseEvent, Scope, Tool, ToolContext, ToolError, call_model};
+use noetic_core::{AgentHarness, ResponseEvent, Scope};
 use noetic_server::{NoeticServer, ServeConfig};
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-/// The longest any wait of a test lasts: only a guard against hangs.
-const WAIT: Duration = Duration::from_secs(20);
+use support::{bounded, delta, echo_tool, harness};
 
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-/// A harness whose agent is one model call on `provider`, offering `tools`.
-fn harness(provider: impl noetic_core::ModelProvider + 'static, tools: Vec<Tool>) -> AgentHarness {
-    AgentHarness::builder("agent")
-        .provider("p", provider)
-        .agent_graph(call_model("llm").model("m").tools(tools).build())
-        .build()
-        .unwrap()
-}
-
-/// `echo`, which answers `echoed <text>`; gated when `approval`.
-fn echo_tool(approval: bool) -> Tool {
-    Tool::dynamic(
-        "echo",
-        "Echoes its text",
-        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-        |args: Value, _: ToolContext| async move {
-            Ok::<_, ToolError>(json!(format!(
-                "echoed {}",
-                args["text"].as_str().unwrap_or("")
-            )))
-        },
-    )
-    .unwrap()
-    .needs_approval(approval)
-}
-
-fn delta(text: &str) -> ResponseEvent {
-    ResponseEvent::OutputTextDelta {
-        output_index: 0,
-        content_index: 0,
-        delta: text.to_owned(),
-    }
-}
-
-/// The events that end a paced text answer whose deltas were already sent.
 fn text_end(text: &str) -> Vec<ResponseEvent> {
     ScriptedResponse::text(text)
         .into_events()

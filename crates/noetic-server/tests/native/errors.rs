@@ -5,8 +5,7 @@ use noetic_server::{ServeConfig, Token};
 use noetic_test_support::{PacedModel, ScriptedModel, ScriptedResponse};
 use serde_json::json;
 
-use crate::harness;
-use crate::support::{Served, bounded, status_and_json};
+use crate::support::{Served, bounded, harness, status_and_json};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 

@@ -9,49 +9,12 @@ mod errors;
 mod restart;
 mod support;
 
-use noetic_core::{AgentHarness, ResponseEvent, Tool, ToolContext, ToolError, call_model};
+use noetic_core::ResponseEvent;
 use noetic_server::ServeConfig;
 use noetic_test_support::{MockReply, MockServer, PacedModel, ScriptedModel, ScriptedResponse};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use support::{Served, bounded, text_of};
-
-/// A harness whose agent is one model call on `provider`, offering `tools`.
-pub(crate) fn harness(
-    provider: impl noetic_core::ModelProvider + 'static,
-    tools: Vec<Tool>,
-) -> AgentHarness {
-    AgentHarness::builder("agent")
-        .provider("p", provider)
-        .agent_graph(call_model("llm").model("m").tools(tools).build())
-        .build()
-        .unwrap()
-}
-
-/// `echo`, which answers with its `text` argument; gated when `approval`.
-pub(crate) fn echo_tool(approval: bool) -> Tool {
-    Tool::dynamic(
-        "echo",
-        "Echoes its text",
-        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-        |args: Value, _: ToolContext| async move {
-            Ok::<_, ToolError>(json!(format!(
-                "echoed {}",
-                args["text"].as_str().unwrap_or("")
-            )))
-        },
-    )
-    .unwrap()
-    .needs_approval(approval)
-}
-
-fn delta(text: &str) -> ResponseEvent {
-    ResponseEvent::OutputTextDelta {
-        output_index: 0,
-        content_index: 0,
-        delta: text.to_owned(),
-    }
-}
+use support::{Served, bounded, delta, echo_tool, harness, text_of};
 
 async fn create(served: &Served, thread: &str) {
     let (status, body) = served

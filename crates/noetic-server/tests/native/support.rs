@@ -3,13 +3,51 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use noetic_core::AgentHarness;
+use noetic_core::{AgentHarness, ResponseEvent, Tool, ToolContext, ToolError, call_model};
 use noetic_server::{NoeticServer, ServeConfig};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// The longest any wait of a test lasts: only a guard against hangs.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+/// A harness whose agent is one model call on `provider`, offering `tools`.
+pub(crate) fn harness(
+    provider: impl noetic_core::ModelProvider + 'static,
+    tools: Vec<Tool>,
+) -> AgentHarness {
+    AgentHarness::builder("agent")
+        .provider("p", provider)
+        .agent_graph(call_model("llm").model("m").tools(tools).build())
+        .build()
+        .unwrap()
+}
+
+/// `echo`, which answers `echoed <text>`; gated when `approval`.
+pub(crate) fn echo_tool(approval: bool) -> Tool {
+    Tool::dynamic(
+        "echo",
+        "Echoes its text",
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        |args: Value, _: ToolContext| async move {
+            Ok::<_, ToolError>(json!(format!(
+                "echoed {}",
+                args["text"].as_str().unwrap_or("")
+            )))
+        },
+    )
+    .unwrap()
+    .needs_approval(approval)
+}
+
+/// A text delta of the first output item's first part.
+pub(crate) fn delta(text: &str) -> ResponseEvent {
+    ResponseEvent::OutputTextDelta {
+        output_index: 0,
+        content_index: 0,
+        delta: text.to_owned(),
+    }
+}
 
 /// `future`, or a panic naming `what` after [`WAIT`].
 pub(crate) async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
