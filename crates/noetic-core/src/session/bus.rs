@@ -300,6 +300,12 @@ impl EventBus {
         self.ring().tap = tap;
     }
 
+    /// Holds the events published from now on back from the thread's event log until the hold is
+    /// dropped (see [`EventTap::hold`]); `None` without a log.
+    pub(crate) fn hold_log(&self) -> Option<super::event_log::LogHold> {
+        self.ring().tap.as_ref().map(EventTap::hold)
+    }
+
     /// Retires the bus (its session left the harness's map): readers that have read everything get
     /// `None` from [`Subscription::next_or_retired`] and look the thread up again.
     pub(crate) fn retire(&self) {

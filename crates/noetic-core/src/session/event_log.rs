@@ -121,9 +121,30 @@ struct TapState {
     pushed: u64,
     closed: bool,
     failed: bool,
+    /// Events numbered from this one on wait in `pending` (see [`EventTap::hold`]).
+    held_from: Option<u64>,
+}
+
+/// Keeps the events published from its making on out of the log until it is dropped.
+pub(crate) struct LogHold(Arc<EventTap>);
+
+impl Drop for LogHold {
+    fn drop(&mut self) {
+        crate::sync::lock(&self.0.state).held_from = None;
+        self.0.wake.notify_one();
+    }
 }
 
 impl EventTap {
+    /// Holds the events published from now on back from the log until the hold is dropped: a
+    /// turn's end is written to the log only once the store records the turn's end, so a host that
+    /// reads `turn_completed` from the log finds the turn's history in the store.
+    pub(crate) fn hold(self: &Arc<Self>) -> LogHold {
+        let mut state = crate::sync::lock(&self.state);
+        state.held_from = Some(state.pushed);
+        LogHold(self.clone())
+    }
+
     /// Called by the bus under its lock: cheap, never waits.
     pub(crate) fn push(&self, seq: u64, event: Arc<StreamEvent>) {
         let mut state = crate::sync::lock(&self.state);
@@ -177,6 +198,7 @@ impl EventTap {
                 pushed: next,
                 closed: false,
                 failed: false,
+                held_from: None,
             }),
             wake: Notify::new(),
             written: watch::Sender::new(next),
@@ -215,15 +237,17 @@ impl Writer {
         loop {
             let batch = {
                 let mut state = crate::sync::lock(&self.tap.state);
-                if state.pending.is_empty() {
-                    if state.closed || state.failed {
-                        return;
-                    }
-                    None
-                } else {
-                    let take = state.pending.len().min(MAX_BATCH);
-                    Some(state.pending.drain(..take).collect::<Vec<_>>())
+                let held_from = state.held_from.unwrap_or(u64::MAX);
+                let free = state
+                    .pending
+                    .iter()
+                    .take(MAX_BATCH)
+                    .take_while(|(seq, _)| *seq < held_from)
+                    .count();
+                if state.pending.is_empty() && (state.closed || state.failed) {
+                    return;
                 }
+                (free > 0).then(|| state.pending.drain(..free).collect::<Vec<_>>())
             };
             match batch {
                 Some(batch) => {

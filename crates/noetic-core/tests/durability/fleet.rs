@@ -27,6 +27,12 @@ struct Watched {
     messages_read: watch::Sender<u64>,
     /// Fails the next commit that ends a session turn (it drops the turn's execution lease).
     fail_next_turn_end: std::sync::atomic::AtomicBool,
+    /// Makes a commit that ends a turn wait (100 ms, at most) for a `turn_completed` to reach the
+    /// event log first, which it must not.
+    slow_turn_end: std::sync::atomic::AtomicBool,
+    /// Turn ends recorded and `turn_completed`s logged, in the order the store applied them.
+    turn_ends: std::sync::Mutex<Vec<&'static str>>,
+    end_logged: Notify,
 }
 
 impl Watched {
@@ -36,6 +42,9 @@ impl Watched {
             commits: watch::Sender::new(0),
             messages_read: watch::Sender::new(0),
             fail_next_turn_end: std::sync::atomic::AtomicBool::new(false),
+            slow_turn_end: std::sync::atomic::AtomicBool::new(false),
+            turn_ends: std::sync::Mutex::new(Vec::new()),
+            end_logged: Notify::new(),
         })
     }
 
@@ -62,7 +71,20 @@ impl Watched {
 impl DurableStore for Watched {
     fn commit(&self, commit: Commit) -> BoxFuture<'_, noetic_core::Result<()>> {
         Box::pin(async move {
-            let result = if !commit.drop_leases.is_empty()
+            let ends_turn = !commit.drop_leases.is_empty();
+            let logs_end = commit.appends.iter().any(|append| {
+                append.log.ends_with("/events")
+                    && append
+                        .entries
+                        .iter()
+                        .any(|entry| String::from_utf8_lossy(entry).contains("turn_completed"))
+            });
+            if ends_turn && self.slow_turn_end.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(100), self.end_logged.notified())
+                        .await;
+            }
+            let result = if ends_turn
                 && self
                     .fail_next_turn_end
                     .swap(false, std::sync::atomic::Ordering::SeqCst)
@@ -75,6 +97,13 @@ impl DurableStore for Watched {
             } else {
                 self.inner.commit(commit).await
             };
+            if result.is_ok() && (ends_turn || logs_end) {
+                let what = if ends_turn { "recorded" } else { "logged" };
+                self.turn_ends.lock().unwrap().push(what);
+            }
+            if result.is_ok() && logs_end {
+                self.end_logged.notify_one();
+            }
             self.commits.send_modify(|n| *n += 1);
             result
         })
@@ -634,4 +663,44 @@ async fn a_turn_whose_end_was_not_recorded_stays_runnable_and_is_finished_from_t
     let thread = stored(&worker, "t").await.unwrap();
     assert_eq!(texts(&thread.history), ["User: one", "Assistant: re: one"]);
     assert!(store.runnable("thread/").await.unwrap().is_empty());
+}
+
+/// A host following a turn another host runs reads `turn_completed` from the event log only once the
+/// store has the turn's end: the history it reads then has the answer (a web client reloads the
+/// thread's items on `turn_completed`).
+#[tokio::test(start_paused = true)]
+async fn a_turn_s_end_reaches_the_event_log_after_the_store_records_it() {
+    let store = Watched::new();
+    store
+        .slow_turn_end
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let model = answering();
+    let front = host(&store, &model, echo_tool(Arc::new(Counts::default()), None));
+    let worker = host(&store, &model, echo_tool(Arc::new(Counts::default()), None));
+    let (stop, serving) = serve(&worker);
+    let mut events =
+        front.sequenced_events(noetic_core::Scope::thread("t"), noetic_core::Replay::None);
+    front.execute("one", on("t")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = futures_util::StreamExt::next(&mut events).await {
+            if matches!(
+                *event.event,
+                noetic_core::StreamEvent::Framework(
+                    noetic_core::FrameworkEvent::TurnCompleted { .. }
+                )
+            ) {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the front sees the turn end");
+    let history = front
+        .thread_history(noetic_core::Scope::thread("t"))
+        .await
+        .unwrap();
+    assert_eq!(texts(&history), ["User: one", "Assistant: re: one"]);
+    assert_eq!(*store.turn_ends.lock().unwrap(), ["recorded", "logged"]);
+    let _ = stop.send(());
+    serving.await.unwrap();
 }

@@ -832,16 +832,20 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
             }
         });
         // Published before the lock is released, so whoever sees the turn gone (`abort`, `status`)
-        // finds its end event already on the stream.
+        // finds its end event already on the stream; held back from the event log until the store
+        // has the turn's end, so a host reading the end from the log finds the turn's history.
+        let hold = end.as_ref().and_then(|_| session.bus.hold_log());
         session.bus.publish_turn_end(event);
-        end
+        (end, hold)
     };
+    let (end, hold) = end;
     if let (Some(journal), Some(writer), Some(end)) = (journal, writer.as_deref_mut(), end)
         && let Err(error) = journal.end_turn(writer, end).await
     {
         // Memory has the turn; the store still has it in flight, so a restart resumes it again.
         tracing::error!(thread_id = %session.thread_id, %error, "could not record the end of a turn");
     }
+    drop(hold);
     drop(writer);
     session.bump();
     true
