@@ -232,7 +232,7 @@ macro_rules! scripted_agent_or_skip {
             Err(problem) => {
                 fn __noetic_here() {}
                 $crate::acp::skip_or_fail(
-                    &$crate::acp::__test_name(::std::any::type_name_of_val(&__noetic_here)),
+                    &$crate::__test_name(::std::any::type_name_of_val(&__noetic_here)),
                     &problem,
                 );
                 return;
@@ -259,17 +259,6 @@ pub fn skip_or_fail(test: &str, problem: &str) {
         std::io::stderr().lock(),
         "SKIPPED: no scripted ACP agent: `{test}` did not run. {problem}"
     );
-}
-
-/// The test's path from the type name of a function item declared in it
-/// (`crate::module::test::{{closure}}::__noetic_here` becomes `crate::module::test`). For
-/// [`scripted_agent_or_skip!`](crate::scripted_agent_or_skip).
-#[doc(hidden)]
-pub fn __test_name(here: &str) -> String {
-    here.split("::")
-        .filter(|part| *part != "{{closure}}" && *part != "__noetic_here")
-        .collect::<Vec<_>>()
-        .join("::")
 }
 
 /// Where the venv is: `$NOETIC_TEST_ACP_VENV`, else `<target dir>/noetic-acp-venv`.
@@ -559,7 +548,7 @@ mod tests {
     #[test]
     fn the_test_name_drops_the_marker_function() {
         assert_eq!(
-            __test_name("acp::a_test::{{closure}}::__noetic_here"),
+            crate::__test_name("acp::a_test::{{closure}}::__noetic_here"),
             "acp::a_test"
         );
     }

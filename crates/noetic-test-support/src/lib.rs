@@ -18,6 +18,8 @@
 //!   binary) and streamable HTTP, for testing MCP clients.
 //! - `postgres` (feature `postgres`): a throwaway PostgreSQL server started once per test process (or
 //!   the one at `NOETIC_TEST_PG_URL`) and a fresh database on it per test, for PostgreSQL adapters.
+//! - [`restate`]: a real Restate server (the pinned npm package's binary) per test, on loopback, with
+//!   crash and restart, for `noetic-restate`.
 //! - [`fixtures_dir`]: where the repository's recorded provider streams live.
 
 pub mod acp;
@@ -32,6 +34,7 @@ mod platform;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod provider_kit;
+pub mod restate;
 mod scripted;
 mod storage;
 mod yielding;
@@ -50,6 +53,17 @@ pub use storage::storage_conformance;
 pub use yielding::YieldingModel;
 
 use std::path::PathBuf;
+
+/// The test's path from the type name of a function item declared in it
+/// (`crate::module::test::{{closure}}::__noetic_here` becomes `crate::module::test`), for the
+/// `…_or_skip!` macros' skip lines.
+#[doc(hidden)]
+pub fn __test_name(here: &str) -> String {
+    here.split("::")
+        .filter(|part| *part != "{{closure}}" && *part != "__noetic_here")
+        .collect::<Vec<_>>()
+        .join("::")
+}
 
 /// The directory of the recorded provider streams (`fixtures/openresponses/` at the workspace root).
 pub fn fixtures_dir() -> PathBuf {

@@ -174,24 +174,13 @@ macro_rules! test_database_or_skip {
             Some(database) => database,
             None => {
                 fn __noetic_here() {}
-                $crate::postgres::print_skip(&$crate::postgres::__test_name(
-                    ::std::any::type_name_of_val(&__noetic_here),
-                ));
+                $crate::postgres::print_skip(&$crate::__test_name(::std::any::type_name_of_val(
+                    &__noetic_here,
+                )));
                 return;
             }
         }
     };
-}
-
-/// The test's path from the type name of a function item declared in it
-/// (`crate::module::test::{{closure}}::__noetic_here` becomes `crate::module::test`). For
-/// [`test_database_or_skip!`](crate::test_database_or_skip).
-#[doc(hidden)]
-pub fn __test_name(here: &str) -> String {
-    here.split("::")
-        .filter(|part| *part != "{{closure}}" && *part != "__noetic_here")
-        .collect::<Vec<_>>()
-        .join("::")
 }
 
 /// A fresh, uniquely named database: on the server at `NOETIC_TEST_PG_URL`, else on this process's
