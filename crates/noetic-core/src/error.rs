@@ -148,6 +148,14 @@ pub const CODES: &[(&str, &str)] = &[
         "The storage cannot be written: a read-only database file or directory (the operation and key are named).",
     ),
     (
+        "ENGINE_JOURNAL",
+        "A step run through an engine's journal (`StepJournal`, e.g. noetic-restate) could not be recorded or read back: its result does not serialize, or a recorded one does not parse.",
+    ),
+    (
+        "ENGINE_NONDETERMINISM",
+        "An engine replaying a turn reached a different step than it recorded at that place: the code between journaled steps took another path.",
+    ),
+    (
         "FS_PATH_REFUSED",
         "An fs adapter refused a path: it leads outside the sandbox root (`..`, an absolute path elsewhere, a symlink out) or holds a NUL byte; nothing outside was touched.",
     ),
@@ -494,6 +502,27 @@ pub enum Error {
         expires_at_ms: u64,
     },
 
+    /// A step run through a [`StepJournal`](crate::engine::StepJournal) could not be recorded or read
+    /// back.
+    #[error("engine journal, step `{step}`: {message}")]
+    EngineJournal {
+        /// The step's name (`round:{step_id}:{n}`, `tool:{call_id}`; empty when not known).
+        step: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// An engine replaying a turn reached a different step than it recorded at that place.
+    #[error(
+        "engine replay reached step `{found}` where `{expected}` was recorded: the turn's code took another path"
+    )]
+    EngineNondeterminism {
+        /// The step recorded at that place.
+        expected: String,
+        /// The step the replay reached.
+        found: String,
+    },
+
     /// The database is locked by another writer past the store's busy timeout.
     #[error("storage busy in `{operation}` of `{key}`: {source}")]
     StorageBusy {
@@ -688,6 +717,8 @@ impl Error {
             Error::LeaseHeld { .. } => "LEASE_HELD",
             Error::StorageBusy { .. } => "STORAGE_BUSY",
             Error::StorageReadOnly { .. } => "STORAGE_READ_ONLY",
+            Error::EngineJournal { .. } => "ENGINE_JOURNAL",
+            Error::EngineNondeterminism { .. } => "ENGINE_NONDETERMINISM",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::NotFound { .. } => "NOT_FOUND",
             Error::TurnFailed { source } => source.code(),

@@ -31,6 +31,7 @@ pub mod checkpoint;
 mod connection;
 mod context;
 mod drain;
+pub mod engine;
 mod error;
 mod event;
 mod exec;

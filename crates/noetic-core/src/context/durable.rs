@@ -88,6 +88,11 @@ impl Context {
         self.inner.journal.as_ref()
     }
 
+    /// The engine's journal this context's steps run through (its root's), if any.
+    pub(crate) fn step_journal(&self) -> Option<&Arc<dyn crate::engine::StepJournal>> {
+        self.inner.step_journal.as_ref()
+    }
+
     /// Records this context's execution now (what changed since its last checkpoint). Runs on a durable
     /// root already record at every completed step, model round and tool output; this is for a step or
     /// host that wants a checkpoint between those. A no-op without a durable store, on a child, and
@@ -149,6 +154,7 @@ impl Context {
                 transcript,
                 id: Some(header.execution_id),
                 journal,
+                step_journal: None,
             },
             None,
             0,

@@ -23,6 +23,7 @@ mod durable;
 mod steers;
 mod transcript;
 
+use crate::engine::StepJournal;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
 use crate::item::{FunctionCallItem, Item};
 use crate::layer::lifecycle::LayerLife;
@@ -68,6 +69,8 @@ pub struct ContextOptions {
     pub(crate) id: Option<String>,
     /// On a durable runtime: where the first items are recorded already (a session turn's history).
     pub(crate) durable_base: Option<crate::checkpoint::Base>,
+    /// An engine's journal for the root's paid and effectful steps (see [`crate::engine`]).
+    pub(crate) step_journal: Option<Arc<dyn StepJournal>>,
 }
 
 impl ContextOptions {
@@ -123,6 +126,15 @@ impl ContextOptions {
     /// Sends this context's events (and its children's) to `sink`.
     pub fn event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
         self.event_sink = Some(sink);
+        self
+    }
+
+    /// Runs the root's model rounds and tool calls through `journal`, an engine's (see
+    /// [`crate::engine`]): the engine, not noetic's checkpoints, makes the run durable, so the root
+    /// keeps no checkpoint journal even on a durable runtime. Ignored for a child (children use
+    /// their root's).
+    pub fn step_journal(mut self, journal: Arc<dyn StepJournal>) -> Self {
+        self.step_journal = Some(journal);
         self
     }
 
@@ -200,6 +212,8 @@ struct ContextInner {
     channels: RootChannels,
     /// The durable journal of a root context on a durable runtime (`None` otherwise, and for children).
     journal: Option<Arc<crate::checkpoint::Journal>>,
+    /// An engine's journal of the root's steps (`None` otherwise, and for children).
+    step_journal: Option<Arc<dyn StepJournal>>,
     /// The session turn's transcript this context records its appends in, when it belongs to a turn.
     transcript: Option<TranscriptRef>,
     /// The graceful drain of a cancel on this context, once one started (`drain.rs`).
@@ -222,6 +236,7 @@ struct Fields {
     /// The id of a root: given for a restored execution, else new.
     id: Option<String>,
     journal: Option<Arc<crate::checkpoint::Journal>>,
+    step_journal: Option<Arc<dyn StepJournal>>,
 }
 
 /// What a child context inherits or replaces; used by spawn and parallel paths.
@@ -251,6 +266,7 @@ impl Context {
             metadata,
             id,
             durable_base,
+            step_journal,
         } = options;
         let transcript = match transcript {
             Some(transcript) => Some(TranscriptRef::Root(transcript)),
@@ -274,21 +290,26 @@ impl Context {
                 transcript,
                 id: None,
                 journal: None,
+                step_journal: None,
             }),
             None => {
                 let id = id.unwrap_or_else(crate::id::new_id);
                 // Every root on a durable runtime is an execution; a session turn's starts with its
                 // thread's history (`durable_base`).
-                let journal = runtime.durability().map(|durability| {
-                    Arc::new(crate::checkpoint::Journal::new(
-                        durability.clone(),
-                        id.clone(),
-                        metadata.unwrap_or(Value::Null),
-                        thread_id.clone(),
-                        resource_id.clone(),
-                        durable_base,
-                    ))
-                });
+                let journal =
+                    runtime
+                        .durability()
+                        .filter(|_| step_journal.is_none())
+                        .map(|durability| {
+                            Arc::new(crate::checkpoint::Journal::new(
+                                durability.clone(),
+                                id.clone(),
+                                metadata.unwrap_or(Value::Null),
+                                thread_id.clone(),
+                                resource_id.clone(),
+                                durable_base,
+                            ))
+                        });
                 Context::make(
                     Fields {
                         layers: Some(layers.unwrap_or_else(|| runtime.layers())),
@@ -302,6 +323,7 @@ impl Context {
                         transcript,
                         id: Some(id),
                         journal,
+                        step_journal,
                     },
                     None,
                     0,
@@ -330,6 +352,7 @@ impl Context {
             transcript: inner.transcript.as_ref().map(TranscriptRef::member),
             id: None,
             journal: None,
+            step_journal: None,
         })
     }
 
@@ -341,6 +364,8 @@ impl Context {
         fields.resource_id = fields.resource_id.or_else(|| inner.resource_id.clone());
         fields.sink = fields.sink.or_else(|| inner.sink.clone());
         fields.layers = Some(fields.layers.unwrap_or_else(|| self.layers()));
+        // A child's steps are its root's: journaled in the one journal.
+        fields.step_journal = inner.step_journal.clone();
         Context::make(
             fields,
             Some(self.clone()),
@@ -381,6 +406,7 @@ impl Context {
                 channels: RootChannels::default(),
                 transcript: fields.transcript,
                 journal: fields.journal,
+                step_journal: fields.step_journal,
                 drain: OnceLock::new(),
                 active_runs: AtomicU32::new(0),
             }),

@@ -7,8 +7,8 @@ use crate::item::{ContentPart, Item};
 use crate::usage::TokenUsage;
 use crate::{Error, Result};
 
-/// The outcome of one round.
-#[derive(Debug, Clone, PartialEq)]
+/// The outcome of one round (serializable: an engine's journal records it, see [`crate::engine`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ModelResponse {
     /// The response id.

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod approval_restarts;
+mod engine;
 mod errors;
 mod event_log;
 mod fleet;

@@ -360,7 +360,24 @@ impl RoundLoop<'_> {
         request.round = self.state.round;
         request.thread_id = ctx.thread_id();
         request.resource_id = ctx.resource_id();
-        let result = run_round(&self.env, &request).await;
+        let result = match ctx.step_journal() {
+            None => run_round(&self.env, &request).await,
+            // A journaled round is whole: `run_round` is not cut by a steer under a journal.
+            Some(journal) => {
+                let name = format!("round:{}:{}", self.step_id, self.state.round);
+                crate::engine::journaled(journal, name, async {
+                    match run_round(&self.env, &request).await? {
+                        RoundOutcome::Finished(response) => Ok(response),
+                        RoundOutcome::Steered { .. } => Err(crate::Error::EngineJournal {
+                            step: String::new(),
+                            message: "a journaled round was cut by a steer".to_owned(),
+                        }),
+                    }
+                })
+                .await
+                .map(RoundOutcome::Finished)
+            }
+        };
         if carry_continue {
             self.conversation.pop();
         }

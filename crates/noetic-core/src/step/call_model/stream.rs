@@ -123,7 +123,8 @@ async fn run_round_traced(env: &RoundEnv<'_>, request: &ModelRequest<'_>) -> Res
     let mut last_event = Instant::now();
     watchdog.as_mut().reset(last_event + idle_timeout);
     let mut first = true;
-    let steers = ctx.steers();
+    // Under an engine's journal a round is recorded whole: no steer cuts it.
+    let steers = ctx.steers().filter(|_| ctx.step_journal().is_none());
     loop {
         let next = tokio::select! {
             biased;

@@ -58,6 +58,7 @@ impl ToolSet {
 
 /// The outcome of one call: the output text, whether it reports an error, and whether the call
 /// failed (its output item is marked `is_error`) rather than never ran (skipped or aborted).
+#[derive(serde::Serialize, serde::Deserialize)]
 struct CallOutcome {
     output: String,
     error: bool,
@@ -392,7 +393,15 @@ async fn start_call(
         );
     }
     let span = crate::telemetry::tool_span(&call.name, &call.call_id);
-    let outcome = run_call(call, tools, ctx).instrument(span.clone()).await;
+    let outcome = match ctx.step_journal() {
+        None => run_call(call, tools, ctx).instrument(span.clone()).await,
+        // Replayed, a recorded call does not run again (see `crate::engine`).
+        Some(journal) => {
+            let name = format!("tool:{}", call.call_id);
+            let run = run_call(call, tools, ctx).instrument(span.clone());
+            crate::engine::journaled(journal, name, async { Ok(run.await) }).await?
+        }
+    };
     if outcome.error {
         crate::telemetry::record_tool_error(&span);
     }

@@ -1,0 +1,78 @@
+//! The seam to a durable-execution engine that journals a turn's steps (`noetic-restate`).
+//!
+//! A context given a [`StepJournal`] ([`crate::ContextOptions::step_journal`]) runs each of its
+//! tree's paid or effectful steps through it: every model round of a `call_model` step (named
+//! `round:{step_id}:{n}`) and every tool call (`tool:{call_id}`). The journal either runs the step
+//! and records its result before handing it back, or, when the engine replays an invocation after a
+//! crash, hands back the recorded result without running the step: a replayed round is not paid
+//! again and a replayed tool call does not run again. So the engine, not noetic's checkpoints and
+//! ledger, decides what runs again: at most the step in flight at a crash.
+//!
+//! Replay runs the tree again from the top, so the code between journaled steps must take the same
+//! path every time: it does, given the same input and the same recorded results (noetic keeps its
+//! random ids out of the journaled values' paths). A journal checks each name against the one
+//! recorded at that place and fails with `ENGINE_NONDETERMINISM` on a mismatch.
+//!
+//! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
+//! next steer point between rounds, as a recorded round must be whole); a replayed round emits no
+//! deltas (its `model_call_started` / `model_call_completed` still come). Without a journal nothing
+//! here runs: one `Option` check per round and per call.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+/// Runs a turn's steps durably (see the module docs). Implemented by an engine adapter; noetic calls
+/// it, in the tree's order, from the task that runs the tree.
+pub trait StepJournal: Send + Sync + 'static {
+    /// Runs `step` at most once across replays: its recorded result when the journal has one at this
+    /// place (then `step` is dropped unpolled), else `step`'s own result, recorded before it is
+    /// returned. `name` labels the step; a replay that reaches a different name at a recorded place
+    /// is non-determinism.
+    ///
+    /// A step's error is returned as it is and, by the journal's choice, recorded or not (a round
+    /// the provider refused may be retried by the engine).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `step` (a round's stream, a running tool) as a cancel does without
+    /// a journal; nothing is recorded for it.
+    fn step<'a>(
+        &'a self,
+        name: String,
+        step: BoxFuture<'a, Result<Value>>,
+    ) -> BoxFuture<'a, Result<Value>>;
+}
+
+/// Runs `step` through `journal` as `name`, its result kept as JSON.
+pub(crate) async fn journaled<'a, T, F>(
+    journal: &'a Arc<dyn StepJournal>,
+    name: String,
+    step: F,
+) -> Result<T>
+where
+    T: Serialize + DeserializeOwned,
+    F: Future<Output = Result<T>> + Send + 'a,
+{
+    let step_name = name.clone();
+    let value = journal
+        .step(
+            name,
+            Box::pin(async move {
+                let result = step.await?;
+                serde_json::to_value(&result).map_err(|source| Error::EngineJournal {
+                    step: step_name,
+                    message: format!("the step's result does not serialize: {source}"),
+                })
+            }),
+        )
+        .await?;
+    serde_json::from_value(value).map_err(|source| Error::EngineJournal {
+        step: String::new(),
+        message: format!("a recorded result does not read back: {source}"),
+    })
+}

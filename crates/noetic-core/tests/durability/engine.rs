@@ -1,0 +1,170 @@
+//! The engine seam (`noetic_core::engine::StepJournal`): a context given a journal runs its model
+//! rounds and tool calls through it, so an engine that replays an invocation gets the recorded
+//! results back without paying or running them again. The journal here is an in-memory one with the
+//! semantics of a real engine's (Restate's `ctx.run`): results recorded in order, a replay answering
+//! from the record and checking each step's name.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use noetic_core::engine::StepJournal;
+use noetic_core::{AgentHarness, ContextOptions, Error};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::support::{Counts, INPUT, agent, echo_tool, model};
+
+/// An invocation's journal: what was recorded before it (replayed in order), then what it records.
+struct Recorded {
+    entries: Mutex<Vec<(String, Value)>>,
+    next: AtomicUsize,
+}
+
+impl Recorded {
+    fn new(entries: Vec<(String, Value)>) -> Arc<Self> {
+        Arc::new(Recorded {
+            entries: Mutex::new(entries),
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    fn entries(&self) -> Vec<(String, Value)> {
+        self.entries.lock().unwrap().clone()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.entries().into_iter().map(|(name, _)| name).collect()
+    }
+}
+
+impl StepJournal for Recorded {
+    fn step<'a>(
+        &'a self,
+        name: String,
+        step: BoxFuture<'a, noetic_core::Result<Value>>,
+    ) -> BoxFuture<'a, noetic_core::Result<Value>> {
+        Box::pin(async move {
+            let at = self.next.fetch_add(1, Ordering::SeqCst);
+            let recorded = self.entries.lock().unwrap().get(at).cloned();
+            if let Some((expected, value)) = recorded {
+                if expected != name {
+                    return Err(Error::EngineNondeterminism {
+                        expected,
+                        found: name,
+                    });
+                }
+                return Ok(value);
+            }
+            let value = step.await?;
+            self.entries.lock().unwrap().push((name, value.clone()));
+            Ok(value)
+        })
+    }
+}
+
+fn harness(model: &noetic_test_support::ScriptedModel, counts: &Arc<Counts>) -> AgentHarness {
+    AgentHarness::builder("engine")
+        .provider("scripted", model.clone())
+        .agent_graph(agent(echo_tool(counts.clone(), None), counts.clone()))
+        .build()
+        .unwrap()
+}
+
+async fn run(harness: &AgentHarness, journal: &Arc<Recorded>) -> noetic_core::Result<String> {
+    let ctx = harness.create_context(ContextOptions::new().step_journal(journal.clone() as Arc<_>));
+    let graph = harness.agent_graph::<String, String>().unwrap();
+    let result = harness.run(&graph, INPUT.to_owned(), &ctx).await;
+    ctx.close().await;
+    result
+}
+
+#[tokio::test]
+async fn a_journaled_run_records_every_round_and_call_and_a_replay_pays_and_runs_none_again() {
+    let counts = Arc::new(Counts::default());
+    let first_model = model(0, None, None);
+    let journal = Recorded::new(Vec::new());
+    let output = run(&harness(&first_model, &counts), &journal)
+        .await
+        .unwrap();
+    assert_eq!(output, "the answer is three");
+    assert_eq!(
+        journal.names(),
+        [
+            "round:gather:0",
+            "tool:call_a",
+            "round:gather:1",
+            "tool:call_b",
+            "round:gather:2",
+            "round:answer:0"
+        ]
+    );
+    assert_eq!(first_model.request_count(), 4);
+
+    // The engine replays the whole invocation (say, the handler's process was replaced after the
+    // last step): every round and call comes from the record.
+    let replay_model = model(0, None, None);
+    let replay = Recorded::new(journal.entries());
+    let again = run(&harness(&replay_model, &counts), &replay)
+        .await
+        .unwrap();
+    assert_eq!(again, output);
+    assert_eq!(replay_model.request_count(), 0, "no round paid again");
+    assert_eq!(
+        counts.call_runs().values().copied().collect::<Vec<_>>(),
+        [1, 1],
+        "no call ran again"
+    );
+    assert_eq!(replay.entries(), journal.entries(), "nothing new recorded");
+}
+
+#[tokio::test]
+async fn a_crash_mid_round_pays_that_round_once_more_and_nothing_recorded_before_it() {
+    let counts = Arc::new(Counts::default());
+    let (stalled_tx, mut stalled) = mpsc::unbounded_channel();
+    // The second request never ends: the process "dies" in round `gather:1`.
+    let crashed_model = model(0, Some(1), Some(stalled_tx));
+    let journal = Recorded::new(Vec::new());
+    let crashed = harness(&crashed_model, &counts);
+    tokio::select! {
+        result = run(&crashed, &journal) => panic!("meant to be cut, ended: {result:?}"),
+        _ = stalled.recv() => {}
+    }
+    assert_eq!(journal.names(), ["round:gather:0", "tool:call_a"]);
+
+    let resumed_model = model(1, None, None);
+    let resumed = Recorded::new(journal.entries());
+    let output = run(&harness(&resumed_model, &counts), &resumed)
+        .await
+        .unwrap();
+    assert_eq!(output, "the answer is three");
+    assert_eq!(
+        crashed_model.request_count() + resumed_model.request_count(),
+        5,
+        "four rounds, the one in flight paid twice"
+    );
+    assert_eq!(
+        counts.call_runs().get("call_a"),
+        Some(&1),
+        "the recorded call did not run again"
+    );
+    assert_eq!(resumed.names().len(), 6);
+}
+
+#[tokio::test]
+async fn a_replay_that_reaches_another_step_than_recorded_fails_with_engine_nondeterminism() {
+    let counts = Arc::new(Counts::default());
+    let journal = Recorded::new(vec![("round:elsewhere:0".to_owned(), Value::Null)]);
+    let error = run(&harness(&model(0, None, None), &counts), &journal)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "ENGINE_NONDETERMINISM", "{error}");
+    assert!(error.to_string().contains("round:gather:0"), "{error}");
+
+    // A recorded value that is not what the step records is a clear error too.
+    let journal = Recorded::new(vec![("round:gather:0".to_owned(), Value::from(7))]);
+    let error = run(&harness(&model(0, None, None), &counts), &journal)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "ENGINE_JOURNAL", "{error}");
+}
