@@ -11,7 +11,7 @@
 //! Replay runs the tree again from the top, so the code between journaled steps must take the same
 //! path every time: it does, given the same input and the same recorded results (noetic keeps its
 //! random ids out of the journaled values' paths). A journal checks each name against the one
-//! recorded at that place and fails with `ENGINE_NONDETERMINISM` on a mismatch.
+//! recorded at that place and fails on a mismatch (`ENGINE_JOURNAL`, or the engine's own error).
 //!
 //! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
 //! next steer point between rounds, as a recorded round must be whole); a replayed round emits no

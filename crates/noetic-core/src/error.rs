@@ -149,11 +149,7 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (
         "ENGINE_JOURNAL",
-        "A step run through an engine's journal (`StepJournal`, e.g. noetic-restate) could not be recorded or read back: its result does not serialize, or a recorded one does not parse.",
-    ),
-    (
-        "ENGINE_NONDETERMINISM",
-        "An engine replaying a turn reached a different step than it recorded at that place: the code between journaled steps took another path.",
+        "A step run through an engine's journal (`StepJournal`, e.g. noetic-restate) could not be recorded or read back: its result does not serialize, a recorded one does not parse, or a replay reached another step than the one recorded at that place (the code between journaled steps took another path).",
     ),
     (
         "FS_PATH_REFUSED",
@@ -512,17 +508,6 @@ pub enum Error {
         message: String,
     },
 
-    /// An engine replaying a turn reached a different step than it recorded at that place.
-    #[error(
-        "engine replay reached step `{found}` where `{expected}` was recorded: the turn's code took another path"
-    )]
-    EngineNondeterminism {
-        /// The step recorded at that place.
-        expected: String,
-        /// The step the replay reached.
-        found: String,
-    },
-
     /// The database is locked by another writer past the store's busy timeout.
     #[error("storage busy in `{operation}` of `{key}`: {source}")]
     StorageBusy {
@@ -718,7 +703,6 @@ impl Error {
             Error::StorageBusy { .. } => "STORAGE_BUSY",
             Error::StorageReadOnly { .. } => "STORAGE_READ_ONLY",
             Error::EngineJournal { .. } => "ENGINE_JOURNAL",
-            Error::EngineNondeterminism { .. } => "ENGINE_NONDETERMINISM",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::NotFound { .. } => "NOT_FOUND",
             Error::TurnFailed { source } => source.code(),

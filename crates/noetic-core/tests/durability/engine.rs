@@ -49,9 +49,9 @@ impl StepJournal for Recorded {
             let recorded = self.entries.lock().unwrap().get(at).cloned();
             if let Some((expected, value)) = recorded {
                 if expected != name {
-                    return Err(Error::EngineNondeterminism {
-                        expected,
-                        found: name,
+                    return Err(Error::EngineJournal {
+                        step: name,
+                        message: format!("the replay reached it where `{expected}` was recorded"),
                     });
                 }
                 return Ok(value);
@@ -152,14 +152,15 @@ async fn a_crash_mid_round_pays_that_round_once_more_and_nothing_recorded_before
 }
 
 #[tokio::test]
-async fn a_replay_that_reaches_another_step_than_recorded_fails_with_engine_nondeterminism() {
+async fn a_replay_that_reaches_another_step_than_recorded_fails_with_engine_journal() {
     let counts = Arc::new(Counts::default());
     let journal = Recorded::new(vec![("round:elsewhere:0".to_owned(), Value::Null)]);
     let error = run(&harness(&model(0, None, None), &counts), &journal)
         .await
         .unwrap_err();
-    assert_eq!(error.code(), "ENGINE_NONDETERMINISM", "{error}");
+    assert_eq!(error.code(), "ENGINE_JOURNAL", "{error}");
     assert!(error.to_string().contains("round:gather:0"), "{error}");
+    assert!(error.to_string().contains("round:elsewhere:0"), "{error}");
 
     // A recorded value that is not what the step records is a clear error too.
     let journal = Recorded::new(vec![("round:gather:0".to_owned(), Value::from(7))]);

@@ -1,0 +1,229 @@
+//! `RestateClient`: a thread's turns through the Restate ingress, deployments and cancels through
+//! the admin API — plain HTTP, no Restate crate needed on the client's side.
+
+use std::time::Duration;
+
+use noetic_core::{Item, Result};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::error::error;
+use crate::thread::{TurnInput, TurnOutput};
+
+/// How long a request to the server may take, except [`RestateClient::output`]'s wait.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A turn accepted by Restate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnHandle {
+    /// The invocation running (or that ran) the turn.
+    pub invocation_id: String,
+    /// Whether an earlier `execute` with the same message id was accepted already (this one was
+    /// deduplicated).
+    pub duplicate: bool,
+}
+
+/// A client of threads served on Restate ([`crate::RestateHost`]).
+#[derive(Debug, Clone)]
+pub struct RestateClient {
+    http: reqwest::Client,
+    ingress: String,
+    admin: String,
+}
+
+impl RestateClient {
+    /// A client of the server whose ingress is at `ingress_url` and admin API at `admin_url`.
+    pub fn new(ingress_url: impl Into<String>, admin_url: impl Into<String>) -> Self {
+        let trim = |url: String| url.trim_end_matches('/').to_owned();
+        RestateClient {
+            http: reqwest::Client::new(),
+            ingress: trim(ingress_url.into()),
+            admin: trim(admin_url.into()),
+        }
+    }
+
+    /// Registers (or re-registers, `force`) the service endpoint at `service_url` with the server,
+    /// so it sends invocations of `NoeticThread` there.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED` (the server could not discover the endpoint).
+    pub async fn register(&self, service_url: &str) -> Result<()> {
+        let url = format!("{}/deployments", self.admin);
+        let body = json!({"uri": service_url, "force": true});
+        let _: Value = self.call(self.http.post(&url).json(&body), &url).await?;
+        Ok(())
+    }
+
+    /// Queues a turn of `thread` on the message `text`, returning at once. `message_id` makes it
+    /// idempotent: the same id again (within the server's idempotency retention, a day by default)
+    /// is the same turn, run once.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
+    pub async fn execute(&self, thread: &str, text: &str, message_id: &str) -> Result<TurnHandle> {
+        let url = format!(
+            "{}/NoeticThread/{}/turn/send",
+            self.ingress,
+            segment(thread)
+        );
+        let body = serde_json::to_value(TurnInput {
+            text: text.to_owned(),
+        })
+        .unwrap_or(Value::Null);
+        let request = self
+            .http
+            .post(&url)
+            .header("idempotency-key", message_id)
+            .json(&body);
+        let answer: Value = self.call(request, &url).await?;
+        let invocation_id = answer["invocationId"]
+            .as_str()
+            .ok_or_else(|| error("RESTATE_REFUSED", format!("{url} answered {answer}")))?
+            .to_owned();
+        Ok(TurnHandle {
+            invocation_id,
+            duplicate: answer["status"] == "PreviouslyAccepted",
+        })
+    }
+
+    /// Waits (at most `timeout`) for the turn's outcome.
+    ///
+    /// # Errors
+    /// `RESTATE_TURN_FAILED` when the turn failed (its own code in the message);
+    /// `RESTATE_UNREACHABLE` (also when `timeout` passed), `RESTATE_REFUSED`.
+    pub async fn output(&self, turn: &TurnHandle, timeout: Duration) -> Result<TurnOutput> {
+        let url = format!(
+            "{}/restate/invocation/{}/attach",
+            self.ingress,
+            segment(&turn.invocation_id)
+        );
+        let request = self.http.get(&url).timeout(timeout);
+        match self.send(request).await {
+            Err(Refused::Status { status, body }) => {
+                // The invocation's terminal error: `{"code": 409, "message": "CANCELLED: …"}`.
+                let failure: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                let message = failure["message"].as_str().unwrap_or(&body);
+                Err(error(
+                    "RESTATE_TURN_FAILED",
+                    format!("turn {} failed ({status}): {message}", turn.invocation_id),
+                ))
+            }
+            other => other.map_err(|refused| refused.into_error(&url)),
+        }
+    }
+
+    /// The thread's history as its last turn left it.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
+    pub async fn history(&self, thread: &str) -> Result<Vec<Item>> {
+        let url = format!("{}/NoeticThread/{}/history", self.ingress, segment(thread));
+        self.call(self.http.post(&url), &url).await
+    }
+
+    /// Cancels the turn's invocation. Restate delivers the cancel at the turn's next journaled
+    /// step: a model round already streaming runs to its end first.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
+    pub async fn abort(&self, turn: &TurnHandle) -> Result<()> {
+        let url = format!(
+            "{}/invocations/{}/cancel",
+            self.admin,
+            segment(&turn.invocation_id)
+        );
+        let response = self
+            .http
+            .patch(&url)
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|source| Refused::Unreachable(source.to_string()).into_error(&url))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(Refused::Status {
+                status: status.as_u16(),
+                body,
+            }
+            .into_error(&url));
+        }
+        Ok(())
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<T> {
+        self.send(request)
+            .await
+            .map_err(|refused| refused.into_error(url))
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> std::result::Result<T, Refused> {
+        let request = request
+            .build()
+            .map_err(|source| Refused::Unreachable(source.to_string()))?;
+        let request = if request.timeout().is_none() {
+            let mut request = request;
+            *request.timeout_mut() = Some(REQUEST_TIMEOUT);
+            request
+        } else {
+            request
+        };
+        let response = self
+            .http
+            .execute(request)
+            .await
+            .map_err(|source| Refused::Unreachable(source.to_string()))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|source| Refused::Unreachable(source.to_string()))?;
+        if !status.is_success() {
+            return Err(Refused::Status {
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|source| Refused::Status {
+            status: status.as_u16(),
+            body: format!("an answer that does not parse: {source}"),
+        })
+    }
+}
+
+/// Why a request got no usable answer.
+enum Refused {
+    Unreachable(String),
+    Status { status: u16, body: String },
+}
+
+impl Refused {
+    fn into_error(self, url: &str) -> noetic_core::Error {
+        match self {
+            Refused::Unreachable(why) => error("RESTATE_UNREACHABLE", format!("{url}: {why}")),
+            Refused::Status { status, body } => {
+                error("RESTATE_REFUSED", format!("{url}: {status}: {body}"))
+            }
+        }
+    }
+}
+
+/// `text` as one URL path segment.
+fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

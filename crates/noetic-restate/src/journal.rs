@@ -1,0 +1,94 @@
+//! The bridge between noetic's turn loop and a Restate invocation's journal.
+//!
+//! A turn runs on a task of its own (noetic's `Context` is `'static`; a Restate context borrows its
+//! invocation), so its [`StepJournal`] cannot call `ctx.run` itself. It sends each step to the
+//! handler instead, which runs `ctx.run` with a closure that asks the turn to run the step and waits
+//! for its result. When Restate has the step recorded (a replay), it never calls the closure: the
+//! closure is dropped, the turn sees no go-ahead, drops its step unpolled and takes the recorded
+//! result. Steps are journaled one at a time, in the order the turn asks for them.
+
+use futures_util::future::BoxFuture;
+use noetic_core::engine::StepJournal;
+use noetic_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+/// A step's result as the journal keeps it: a failure is recorded too, so a replay takes the same
+/// path the first run took.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Recorded {
+    Ok(Value),
+    Failed { code: String, message: String },
+}
+
+/// One step the turn asks the handler to journal.
+pub(crate) struct StepCall {
+    pub(crate) name: String,
+    /// Sent when the engine has no record of the step: the turn runs it and answers on the sender.
+    pub(crate) go: oneshot::Sender<oneshot::Sender<Recorded>>,
+    /// The journaled result (recorded now or earlier), or why there is none (the invocation was
+    /// cancelled: `CANCELLED`).
+    pub(crate) reply: oneshot::Sender<Result<Recorded>>,
+}
+
+/// The turn's side: a [`StepJournal`] that hands every step to the invocation's handler.
+pub(crate) struct Bridge {
+    pub(crate) calls: mpsc::UnboundedSender<StepCall>,
+}
+
+fn gone(step: &str) -> Error {
+    Error::EngineJournal {
+        step: step.to_owned(),
+        message: "the invocation running the turn is gone (suspended, cancelled or ended)"
+            .to_owned(),
+    }
+}
+
+impl StepJournal for Bridge {
+    fn step<'a>(
+        &'a self,
+        name: String,
+        step: BoxFuture<'a, Result<Value>>,
+    ) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(async move {
+            let (go, go_rx) = oneshot::channel();
+            let (reply, reply_rx) = oneshot::channel();
+            self.calls
+                .send(StepCall {
+                    name: name.clone(),
+                    go,
+                    reply,
+                })
+                .map_err(|_| gone(&name))?;
+            // Run here only when the engine asks; a replay drops the go-ahead unsent.
+            let ran = match go_rx.await {
+                Ok(answer) => {
+                    let result = step.await;
+                    let recorded = match &result {
+                        Ok(value) => Recorded::Ok(value.clone()),
+                        Err(error) => Recorded::Failed {
+                            code: error.code().to_owned(),
+                            message: error.to_string(),
+                        },
+                    };
+                    let _ = answer.send(recorded);
+                    Some(result)
+                }
+                Err(_) => None,
+            };
+            match reply_rx.await {
+                // Journaled: the step's own result (the journal holds the same).
+                Ok(Ok(_)) if ran.is_some() => ran.unwrap_or_else(|| Err(gone(&name))),
+                Ok(Ok(Recorded::Ok(value))) => Ok(value),
+                Ok(Ok(Recorded::Failed { code, message })) => Err(Error::EngineJournal {
+                    step: name,
+                    message: format!("the step failed when it first ran ({code}): {message}"),
+                }),
+                Ok(Err(error)) => Err(error),
+                Err(_) => Err(gone(&name)),
+            }
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! noetic threads on [Restate](https://restate.dev): each thread a virtual object keyed by its id,
+//! each turn an invocation of its exclusive `turn` handler whose model rounds and tool calls are
+//! journaled steps (through core's [`noetic_core::engine::StepJournal`] seam). Restate decides where
+//! and when a turn runs and keeps one at a time per thread; a crash of this process or of the
+//! Restate server re-pays at most the round in flight: the recorded rounds and calls are replayed
+//! from the journal, not run again.
+//!
+//! - [`RestateHost`]: serves a harness's agent graph as the `NoeticThread` object on an HTTP/2
+//!   endpoint Restate invokes (register it with [`RestateClient::register`]).
+//! - [`RestateClient`]: `execute` (idempotent by message id), `output`, `history`, `abort`, and
+//!   `register`, over the ingress and admin APIs.
+//!
+//! What this version does not do yet (see `docs/restate.md`): steers, approvals, streaming events
+//! to subscribers, the durable store as the history's record (the history is the object's state).
+
+mod client;
+mod error;
+mod journal;
+mod thread;
+
+use std::future::Future;
+use std::time::Duration;
+
+use noetic_core::AgentHarness;
+use restate_sdk::prelude::{Endpoint, HttpServer};
+use tokio::net::TcpListener;
+
+pub use client::{RestateClient, TurnHandle};
+pub use error::CODES;
+pub use thread::{TurnInput, TurnOutput};
+
+/// How long one attempt of a turn may go without journal progress before Restate aborts it, by
+/// default: an hour, so a slow model round is never cut and paid again.
+pub const DEFAULT_ROUND_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Serves a harness's agent graph to Restate as the `NoeticThread` virtual object.
+pub struct RestateHost {
+    harness: AgentHarness,
+    round_timeout: Duration,
+}
+
+impl RestateHost {
+    /// A host running `harness`'s agent graph for every thread's turns.
+    pub fn new(harness: AgentHarness) -> Self {
+        RestateHost {
+            harness,
+            round_timeout: DEFAULT_ROUND_TIMEOUT,
+        }
+    }
+
+    /// Sets how long an attempt may go without journal progress (a model round or tool call in
+    /// flight) before Restate aborts it and retries: longer than the slowest round
+    /// ([`DEFAULT_ROUND_TIMEOUT`] unless set).
+    #[must_use]
+    pub fn round_timeout(mut self, timeout: Duration) -> Self {
+        self.round_timeout = timeout;
+        self
+    }
+
+    /// The Restate endpoint: mount it in a server of your own, or use [`RestateHost::serve`].
+    pub fn endpoint(self) -> Endpoint {
+        use restate_sdk::prelude::IntoServiceDefinition as _;
+        let options = thread::options(self.round_timeout);
+        let object = thread::NoeticThread {
+            harness: self.harness,
+        };
+        Endpoint::builder()
+            .bind(object.into_service_definition().options(options))
+            .build()
+    }
+
+    /// Serves the endpoint on `listener` (HTTP/2 without TLS, as Restate speaks to a deployment)
+    /// until `shutdown` completes.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future) {
+        HttpServer::new(self.endpoint())
+            .serve_with_cancel(listener, shutdown)
+            .await;
+    }
+}
+
+impl std::fmt::Debug for RestateHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestateHost")
+            .field("round_timeout", &self.round_timeout)
+            .finish_non_exhaustive()
+    }
+}

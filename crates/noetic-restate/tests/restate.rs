@@ -1,0 +1,315 @@
+//! Threads on a real Restate server (the pinned `restate-server`, started per test on loopback by
+//! noetic-test-support): a react-2 turn end to end with its rounds and call journaled, an idempotent
+//! execute, and a crash of the Restate server mid-round after which only the round in flight is
+//! paid again and the recorded call does not run again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use noetic_core::{AgentHarness, Item, Tool, ToolContext, ToolError, call_model};
+use noetic_restate::{RestateClient, RestateHost};
+use noetic_test_support::restate::RestateServer;
+use noetic_test_support::{RecordedRequest, ScriptedModel, ScriptedResponse, restate_or_skip};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Deserialize, JsonSchema)]
+struct EchoArgs {
+    /// What to echo.
+    text: String,
+}
+
+fn echo_tool(runs: Arc<AtomicUsize>) -> Tool {
+    Tool::new(
+        "echo",
+        "Echoes the text",
+        move |args: EchoArgs, _: ToolContext| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(args.text)
+            }
+        },
+    )
+}
+
+fn harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {
+    AgentHarness::builder("restate")
+        .provider("scripted", model.clone())
+        .agent_graph(
+            call_model("chat")
+                .model("scripted-model")
+                .instructions("Use echo, then answer.")
+                .tool(echo_tool(runs.clone())),
+        )
+        .build()
+        .unwrap()
+}
+
+/// A react-2 model: round 1 calls `echo`, round 2 answers with what the tool said. The request
+/// numbered `stall_at` signals `stalled` and never ends.
+fn react_model(
+    stall_at: Option<usize>,
+    stalled: Option<mpsc::UnboundedSender<()>>,
+) -> ScriptedModel {
+    let served = AtomicUsize::new(0);
+    ScriptedModel::responding(move |request: &RecordedRequest| {
+        let index = served.fetch_add(1, Ordering::SeqCst);
+        if Some(index) == stall_at {
+            if let Some(stalled) = &stalled {
+                let _ = stalled.send(());
+            }
+            return ScriptedResponse::stall_after(Vec::new());
+        }
+        match request.tool_outputs().last() {
+            None => ScriptedResponse::tool_call("call_1", "echo", json!({"text": "journaled"})),
+            Some(output) => ScriptedResponse::text(&format!("the tool said {output}")),
+        }
+    })
+}
+
+/// The server, the service endpoint registered with it, and a client.
+struct Deployed {
+    server: RestateServer,
+    client: RestateClient,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn deploy(server: RestateServer, harness: AgentHarness) -> Deployed {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(RestateHost::new(harness).serve(listener, stopped));
+    let client = RestateClient::new(server.ingress_url(), server.admin_url());
+    client
+        .register(&format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+    Deployed {
+        server,
+        client,
+        _stop: stop,
+    }
+}
+
+fn texts(items: &[Item]) -> Vec<String> {
+    items
+        .iter()
+        .map(|item| serde_json::to_value(item).unwrap())
+        .map(|value| {
+            let kind = value["type"].as_str().unwrap_or_default().to_owned();
+            match kind.as_str() {
+                "function_call" => format!("call {}", value["name"].as_str().unwrap()),
+                "function_call_output" => format!("output {}", value["output"]),
+                _ => format!(
+                    "{}: {}",
+                    value["role"].as_str().unwrap_or_default(),
+                    value["content"][0]["text"].as_str().unwrap_or_default()
+                ),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_react_turn_runs_on_restate_once_per_message_id_with_its_history_kept() {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = react_model(None, None);
+    let deployed = deploy(server, harness(&model, &runs)).await;
+    let client = &deployed.client;
+
+    let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
+    assert!(!turn.duplicate);
+    let output = client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(output.text, "the tool said journaled");
+    assert_eq!(model.request_count(), 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // The same message again is the same turn: deduplicated, nothing run.
+    let again = client.execute("t1", "echo it", "m-1").await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.invocation_id, turn.invocation_id);
+    assert_eq!(client.output(&again, WAIT).await.unwrap(), output);
+    assert_eq!(model.request_count(), 2);
+
+    let history = client.history("t1").await.unwrap();
+    assert_eq!(
+        texts(&history),
+        [
+            "user: echo it",
+            "call echo",
+            "output \"journaled\"",
+            "assistant: the tool said journaled"
+        ]
+    );
+    assert!(client.history("never-used").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restate_server_killed_mid_round_replays_the_recorded_round_and_call_and_pays_only_the_one_in_flight()
+ {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (stalled_tx, mut stalled) = mpsc::unbounded_channel();
+    // Round 2's first request never ends: the server dies while it streams.
+    let model = react_model(Some(1), Some(stalled_tx));
+    let mut deployed = deploy(server, harness(&model, &runs)).await;
+    let turn = deployed
+        .client
+        .execute("t1", "echo it", "m-1")
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, stalled.recv())
+        .await
+        .expect("round 2 started");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the call ran before the crash"
+    );
+
+    deployed.server.kill();
+    deployed
+        .server
+        .restart()
+        .unwrap_or_else(|error| panic!("{error}"));
+    let output = deployed
+        .client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(output.text, "the tool said journaled");
+    assert_eq!(
+        model.request_count(),
+        3,
+        "round 1 replayed from the journal; round 2 paid once more"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the recorded call did not run again"
+    );
+    assert_eq!(deployed.client.history("t1").await.unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_always_replay_mode_every_step_is_replayed_and_nothing_runs_twice() {
+    // Restate suspends the invocation at every journal await and replays it from the top: a
+    // turn whose code between steps were not deterministic would fail here.
+    let server = restate_or_skip!(noetic_test_support::restate::RestateOptions {
+        always_replay: true
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = react_model(None, None);
+    let deployed = deploy(server, harness(&model, &runs)).await;
+    let turn = deployed
+        .client
+        .execute("t1", "echo it", "m-1")
+        .await
+        .unwrap();
+    let output = deployed
+        .client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(output.text, "the tool said journaled");
+    assert_eq!((model.request_count(), runs.load(Ordering::SeqCst)), (2, 1));
+    assert_eq!(deployed.client.history("t1").await.unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_s_turns_run_one_at_a_time_in_order_and_threads_run_side_by_side() {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Answers with every user message the request carries: a turn that ran beside an earlier one
+    // of its thread would not carry that one's message.
+    let model = ScriptedModel::responding(|request: &RecordedRequest| {
+        ScriptedResponse::text(&format!("seen: {}", request.user_texts().join(" + ")))
+    });
+    let deployed = deploy(server, harness(&model, &runs)).await;
+    let client = &deployed.client;
+    let (a1, a2, b1) = tokio::join!(
+        client.execute("a", "one", "a-1"),
+        client.execute("a", "two", "a-2"),
+        client.execute("b", "three", "b-1"),
+    );
+    let (a1, a2, b1) = (a1.unwrap(), a2.unwrap(), b1.unwrap());
+    let mut answers = Vec::new();
+    for turn in [&a1, &a2, &b1] {
+        answers.push(client.output(turn, WAIT).await.unwrap().text);
+    }
+    // Sent together, the two turns of `a` ran in some order, the later one after the earlier.
+    let (first, second) = if answers[0] == "seen: one" {
+        ("one", "two")
+    } else {
+        ("two", "one")
+    };
+    let mut of_a = vec![answers[0].clone(), answers[1].clone()];
+    of_a.sort();
+    let mut expected = vec![
+        format!("seen: {first}"),
+        format!("seen: {first} + {second}"),
+    ];
+    expected.sort();
+    assert_eq!(of_a, expected);
+    assert_eq!(answers[2], "seen: three");
+    assert_eq!(client.history("a").await.unwrap().len(), 4);
+    assert_eq!(model.request_count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_cancels_the_invocation_at_its_next_step_and_nothing_after_it_runs() {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = noetic_test_support::PacedModel::new();
+    let deployed = deploy(server, {
+        AgentHarness::builder("restate")
+            .provider("scripted", model.clone())
+            .agent_graph(
+                call_model("chat")
+                    .model("scripted-model")
+                    .instructions("Use echo, then answer.")
+                    .tool(echo_tool(runs.clone())),
+            )
+            .build()
+            .unwrap()
+    })
+    .await;
+    let client = &deployed.client;
+    let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
+    let round = tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .expect("round 1 asked");
+    client.abort(&turn).await.unwrap();
+    // The round streaming when the cancel came runs to its end (Restate does not cut a running
+    // step); the cancel lands at the next step: the call does not run, no round follows.
+    round.send_all(
+        ScriptedResponse::tool_call("call_1", "echo", json!({"text": "never"})).into_events(),
+    );
+    drop(round);
+    let failed = client.output(&turn, WAIT).await.unwrap_err();
+    assert_eq!(failed.code(), "RESTATE_TURN_FAILED", "{failed}");
+    assert!(failed.to_string().contains("(409)"), "{failed}");
+    assert!(failed.to_string().contains("CANCELLED"), "{failed}");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the call after the cancel did not run"
+    );
+    assert_eq!(model.call_count(), 1, "no round after the cancel");
+    assert!(
+        client.history("t1").await.unwrap().is_empty(),
+        "an aborted turn records nothing in this version"
+    );
+}

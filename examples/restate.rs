@@ -1,0 +1,94 @@
+//! Threads on Restate: the quick start's agent served as the `NoeticThread` virtual object, a turn
+//! sent through the ingress, its answer and the thread's history read back.
+//!
+//! ```text
+//! cargo run -p noetic-examples --example restate
+//! cargo run -p noetic-examples --example restate -- --ingress http://127.0.0.1:8080 --admin http://127.0.0.1:9070
+//! cargo run -p noetic-examples --example restate -- --serve 127.0.0.1:9080 --provider-url URL
+//! ```
+//!
+//! Without `--ingress`/`--admin` it starts a throwaway Restate server of its own (the pinned npm
+//! package, installed with `npm ci` on first use; see docs/restate.md) and stops it at the end. The
+//! model is the offline demo model unless `--provider-url` names an OpenResponses server. `--serve`
+//! only serves the object on the address until killed (the crash tests run it so).
+
+use std::time::Duration;
+
+use noetic_core::AgentHarness;
+use noetic_providers::{DemoModel, OpenResponses};
+use noetic_restate::{RestateClient, RestateHost};
+
+fn flag(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|arg| arg == name)
+        .and_then(|at| args.get(at + 1).cloned())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The model: an OpenResponses server when named, else the offline demo model.
+    let mut _demo = None;
+    let provider = match flag("--provider-url") {
+        Some(url) => OpenResponses::builder(&url).name("demo").build()?,
+        None => {
+            let demo = DemoModel::start().await?;
+            eprintln!("note: using the offline demo model at {}", demo.base_url());
+            let provider = demo.provider()?;
+            _demo = Some(demo);
+            provider
+        }
+    };
+    let harness = AgentHarness::builder("researcher")
+        .provider("demo", provider)
+        .agent_graph(noetic_examples::quickstart::agent("demo"))
+        .build()?;
+
+    if let Some(address) = flag("--serve") {
+        let listener = tokio::net::TcpListener::bind(&address).await?;
+        println!("serving NoeticThread on http://{}", listener.local_addr()?);
+        RestateHost::new(harness)
+            .serve(listener, std::future::pending::<()>())
+            .await;
+        return Ok(());
+    }
+
+    // The Restate server: the one named, or a throwaway one.
+    let mut _server = None;
+    let client = match (flag("--ingress"), flag("--admin")) {
+        (Some(ingress), Some(admin)) => RestateClient::new(ingress, admin),
+        _ => {
+            let server = noetic_test_support::restate::RestateServer::start()?;
+            eprintln!(
+                "note: started a throwaway Restate server (ingress {}, admin {})",
+                server.ingress_url(),
+                server.admin_url()
+            );
+            let client = RestateClient::new(server.ingress_url(), server.admin_url());
+            _server = Some(server);
+            client
+        }
+    };
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let endpoint = format!("http://{}", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(RestateHost::new(harness).serve(listener, stopped));
+    client.register(&endpoint).await?;
+
+    let turn = client
+        .execute("example-thread", "Find recent AI news", "example-message-1")
+        .await?;
+    let output = client.output(&turn, Duration::from_secs(120)).await?;
+    println!("{}", output.text);
+    let history = client.history("example-thread").await?;
+    println!(
+        "(turn {}: {} items in the thread's history, {} input tokens)",
+        turn.invocation_id,
+        history.len(),
+        output.usage.input_tokens
+    );
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;
+    Ok(())
+}

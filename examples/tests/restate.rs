@@ -1,0 +1,155 @@
+//! The Restate example as real processes: its one-command run, and the service process killed
+//! (SIGKILL) mid-round and started again — Restate retries the turn, the recorded round and tool call
+//! come from the journal, only the round in flight is sent to the model again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use noetic_restate::RestateClient;
+use noetic_test_support::{MockReply, MockServer, RecordedHttpRequest, restate_or_skip};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn example() -> Command {
+    let mut path = std::env::current_exe().unwrap();
+    path.pop(); // deps/
+    path.pop();
+    path.push("examples");
+    path.push(format!("restate{}", std::env::consts::EXE_SUFFIX));
+    let mut command = Command::new(path);
+    command.env_remove("OPENROUTER_API_KEY");
+    command
+}
+
+/// The service process, killed when dropped.
+struct Service(Child);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `restate --serve ADDRESS --provider-url URL` and waits for its "serving" line.
+fn serve(address: &str, provider_url: &str) -> Service {
+    let mut child = example()
+        .args(["--serve", address, "--provider-url", provider_url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("serving NoeticThread on"), "{line:?}");
+    Service(child)
+}
+
+fn tool_output(request: &RecordedHttpRequest) -> Option<String> {
+    request.body["input"].as_array().and_then(|items| {
+        items
+            .iter()
+            .rev()
+            .find(|item| item["type"] == "function_call_output")
+            .map(|item| item["output"].as_str().unwrap_or_default().to_owned())
+    })
+}
+
+#[test]
+fn the_restate_example_runs_a_turn_on_a_server_of_its_own() {
+    if let Err(why) = noetic_test_support::restate::RestateServer::binary() {
+        noetic_test_support::restate::print_skip(
+            "the_restate_example_runs_a_turn_on_a_server_of_its_own",
+            &why,
+        );
+        return;
+    }
+    let output = example().output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("Here is what the tools returned"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("4 items in the thread's history"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_the_round_in_flight()
+ {
+    let server = restate_or_skip!();
+    let mock = MockServer::start().await;
+    let answers = Arc::new(AtomicUsize::new(0));
+    mock.set_responder({
+        let answers = answers.clone();
+        move |request| match tool_output(request) {
+            None => MockReply::function_call("call_1", "search", &json!({"query": "rust"})),
+            // The first answering round stalls mid-stream: the process dies in it.
+            Some(output) => {
+                let reply = MockReply::answer(&format!("The tool said {output}"));
+                if answers.fetch_add(1, Ordering::SeqCst) == 0 {
+                    reply.stall_after_events(2)
+                } else {
+                    reply
+                }
+            }
+        }
+    });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let provider_url = format!("{}/v1", mock.base_url());
+    let service = serve(&address, &provider_url);
+    let client = RestateClient::new(server.ingress_url(), server.admin_url());
+    client
+        .register(&format!("http://{address}"))
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+
+    let turn = client.execute("t1", "search rust", "m-1").await.unwrap();
+    tokio::time::timeout(WAIT, mock.wait_for_requests(2))
+        .await
+        .expect("the answering round started");
+    drop(service); // SIGKILL, mid-round
+    let _service = serve(&address, &provider_url);
+
+    let output = client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+    assert_eq!(
+        output.text,
+        r#"The tool said {"result":"Results for: rust"}"#
+    );
+    let requests = mock.requests();
+    assert_eq!(
+        requests.len(),
+        3,
+        "the tool round replayed from the journal; the answering round sent once more"
+    );
+    assert!(tool_output(&requests[0]).is_none());
+    assert_eq!(
+        tool_output(&requests[2]),
+        tool_output(&requests[1]),
+        "the retried round carries the journaled call's output"
+    );
+    assert_eq!(client.history("t1").await.unwrap().len(), 4);
+}
