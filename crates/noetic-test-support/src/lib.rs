@@ -54,6 +54,21 @@ pub use yielding::YieldingModel;
 
 use std::path::PathBuf;
 
+/// CPU time (user + system, all threads) a process has used so far, from `/proc/PID/stat` on Linux
+/// (`None` elsewhere, or when the process is gone); `pid` `None` is this process. For benchmarks.
+pub fn process_cpu(pid: Option<u32>) -> Option<std::time::Duration> {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_owned(),
+        |pid| format!("/proc/{pid}/stat"),
+    );
+    let stat = std::fs::read_to_string(path).ok()?;
+    // After the command name (in parentheses): utime is field 14 and stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // `/proc` counts in USER_HZ, 100 per second on every mainstream Linux.
+    Some(std::time::Duration::from_millis(ticks * 10))
+}
+
 /// The test's path from the type name of a function item declared in it
 /// (`crate::module::test::{{closure}}::__noetic_here` becomes `crate::module::test`), for the
 /// `…_or_skip!` macros' skip lines.

@@ -145,6 +145,11 @@ impl RestateServer {
         format!("http://127.0.0.1:{}", self.admin_port)
     }
 
+    /// The server's process id while it runs (for a benchmark's CPU reading).
+    pub fn pid(&self) -> Option<u32> {
+        self.running.as_ref().map(|running| running.pid)
+    }
+
     /// The last lines of the server's log (for a failing test's message).
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
