@@ -4,17 +4,21 @@
 //! ```text
 //! cargo run -p noetic-examples --example restate
 //! cargo run -p noetic-examples --example restate -- --ingress http://127.0.0.1:8080 --admin http://127.0.0.1:9070
-//! cargo run -p noetic-examples --example restate -- --serve 127.0.0.1:9080 --provider-url URL
+//! cargo run -p noetic-examples --example restate -- --serve 127.0.0.1:9080 --provider-url URL [--needs-approval]
 //! ```
 //!
 //! Without `--ingress`/`--admin` it starts a throwaway Restate server of its own (the pinned npm
 //! package, installed with `npm ci` on first use; see docs/restate.md) and stops it at the end. The
 //! model is the offline demo model unless `--provider-url` names an OpenResponses server. `--serve`
-//! only serves the object on the address until killed (the crash tests run it so).
+//! only serves the object on the address until killed, printing `approval_requested ID` for each
+//! gated call it waits on (the crash tests run it so); `--needs-approval` gates the search tool.
 
+use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
-use noetic_core::AgentHarness;
+use noetic_core::{AgentHarness, FrameworkEvent, StreamEvent, call_model};
+use noetic_examples::quickstart::{agent, search_tool};
 use noetic_providers::{DemoModel, OpenResponses};
 use noetic_restate::{RestateClient, RestateHost};
 
@@ -39,15 +43,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             provider
         }
     };
-    let harness = AgentHarness::builder("researcher")
-        .provider("demo", provider)
-        .agent_graph(noetic_examples::quickstart::agent("demo"))
-        .build()?;
+    let builder = AgentHarness::builder("researcher").provider("demo", provider);
+    let harness = if std::env::args().any(|arg| arg == "--needs-approval") {
+        builder.agent_graph(
+            call_model("researcher-llm")
+                .model("demo")
+                .instructions("You are a research assistant.")
+                .tool(search_tool().needs_approval(true)),
+        )
+    } else {
+        builder.agent_graph(agent("demo"))
+    }
+    .build()?;
 
     if let Some(address) = flag("--serve") {
         let listener = tokio::net::TcpListener::bind(&address).await?;
         println!("serving NoeticThread on http://{}", listener.local_addr()?);
+        // The gated calls this process waits on, for whoever decides them.
+        let approvals = |event: StreamEvent| {
+            if let StreamEvent::Framework(FrameworkEvent::ApprovalRequested {
+                approval_id, ..
+            }) = event
+            {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "approval_requested {approval_id}");
+                let _ = out.flush();
+            }
+        };
         RestateHost::new(harness)
+            .event_sink(Arc::new(approvals))
             .serve(listener, std::future::pending::<()>())
             .await;
         return Ok(());

@@ -27,30 +27,60 @@ fn example() -> Command {
     command
 }
 
-/// The service process, killed when dropped.
-struct Service(Child);
+/// The service process (killed when dropped) and its output's lines (read on a thread of their own).
+struct Service {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
 
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+impl Service {
+    /// The next line the process prints (at most `WAIT`).
+    fn line(&mut self) -> String {
+        self.lines
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("the service printed nothing for {WAIT:?}"))
     }
 }
 
-/// Starts `restate --serve ADDRESS --provider-url URL` and waits for its "serving" line.
-fn serve(address: &str, provider_url: &str) -> Service {
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `restate --serve ADDRESS --provider-url URL [extra]` and waits for its "serving" line.
+fn serve(address: &str, provider_url: &str, extra: &[&str]) -> Service {
     let mut child = example()
         .args(["--serve", address, "--provider-url", provider_url])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (send, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            let Ok(line) = line else { return };
+            if send.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut service = Service { child, lines };
+    let line = service.line();
     assert!(line.starts_with("serving NoeticThread on"), "{line:?}");
-    Service(child)
+    service
+}
+
+fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
 }
 
 fn tool_output(request: &RecordedHttpRequest) -> Option<String> {
@@ -110,14 +140,9 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
             }
         }
     });
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("127.0.0.1:{port}");
-    let provider_url = format!("{}/v1", mock.base_url());
-    let service = serve(&address, &provider_url);
+    let address = free_address();
+    let provider_url = mock.base_url();
+    let service = serve(&address, &provider_url, &[]);
     let client = RestateClient::new(server.ingress_url(), server.admin_url());
     client
         .register(&format!("http://{address}"))
@@ -129,7 +154,7 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
         .await
         .expect("the answering round started");
     drop(service); // SIGKILL, mid-round
-    let _service = serve(&address, &provider_url);
+    let _service = serve(&address, &provider_url, &[]);
 
     let output = client
         .output(&turn, WAIT)
@@ -152,4 +177,57 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
         "the retried round carries the journaled call's output"
     );
     assert_eq!(client.history("t1").await.unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_waiting_for_approval_outlives_its_service_process_and_runs_the_call_once_approved()
+{
+    let server = restate_or_skip!();
+    let mock = MockServer::start().await;
+    mock.set_responder(|request| match tool_output(request) {
+        None => MockReply::function_call("call_1", "search", &json!({"query": "rust"})),
+        Some(output) => MockReply::answer(&format!("The tool said {output}")),
+    });
+    let address = free_address();
+    let provider_url = mock.base_url();
+    let gated = ["--needs-approval"];
+    let mut service = serve(&address, &provider_url, &gated);
+    let client = RestateClient::new(server.ingress_url(), server.admin_url());
+    client
+        .register(&format!("http://{address}"))
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+
+    let turn = client.execute("t1", "search rust", "m-1").await.unwrap();
+    // Printed once round 1 is journaled and the call waits for its decision.
+    let line = tokio::task::spawn_blocking(move || (service.line(), service))
+        .await
+        .unwrap_or_else(|_| {
+            let outputs: Vec<_> = mock.requests().iter().map(tool_output).collect();
+            panic!("no approval_requested; the model was asked with tool outputs {outputs:?}")
+        });
+    let (line, service) = line;
+    let approval_id = line
+        .trim()
+        .strip_prefix("approval_requested ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    assert_eq!(approval_id, format!("{}:call_1", turn.invocation_id));
+    drop(service); // SIGKILL while the turn waits for a person
+    let _service = serve(&address, &provider_url, &gated);
+    client.approve("t1", &approval_id).await.unwrap();
+
+    let output = client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+    assert_eq!(
+        output.text,
+        r#"The tool said {"result":"Results for: rust"}"#
+    );
+    assert_eq!(
+        mock.request_count(),
+        2,
+        "round 1 was journaled before the wait: not sent again after the restart"
+    );
 }

@@ -13,6 +13,11 @@
 //! random ids out of the journaled values' paths). A journal checks each name against the one
 //! recorded at that place and fails on a mismatch (`ENGINE_JOURNAL`, or the engine's own error).
 //!
+//! A journal that [`decides_approvals`](StepJournal::decides_approvals) also keeps the waits of gated
+//! tool calls: each waits for [`StepJournal::decision`] (so a thread waiting for a person may hold no
+//! process, and a replay gets the decision from the record) instead of the harness's in-process
+//! approvals, which then neither list nor decide those calls.
+//!
 //! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
 //! next steer point between rounds, as a recorded round must be whole); a replayed round emits no
 //! deltas (its `model_call_started` / `model_call_completed` still come). Without a journal nothing
@@ -25,7 +30,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{Error, Result};
+use crate::{ApprovalDecision, ApprovalRequest, Error, Result};
 
 /// Runs a turn's steps durably (see the module docs). Implemented by an engine adapter; noetic calls
 /// it, in the tree's order, from the task that runs the tree.
@@ -46,6 +51,36 @@ pub trait StepJournal: Send + Sync + 'static {
         name: String,
         step: BoxFuture<'a, Result<Value>>,
     ) -> BoxFuture<'a, Result<Value>>;
+
+    /// Whether gated tool calls wait for their decisions through [`StepJournal::decision`] (the
+    /// engine keeps the wait) rather than in the harness's in-process approvals. Default: no.
+    fn decides_approvals(&self) -> bool {
+        false
+    }
+
+    /// Waits, durably, for the decision on `request`: recorded once made, so a replay gets it at
+    /// once. Called (when [`StepJournal::decides_approvals`]) after the call's `approval_requested`
+    /// event, in the round's order of gated calls. The request's `approval_id` is
+    /// `{root id}:{call_id}`: stable across replays when the root's id is
+    /// ([`crate::ContextOptions::id`]).
+    ///
+    /// # Errors
+    /// The engine's; by default `ENGINE_JOURNAL` (this journal does not decide approvals).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops waiting (the turn was cancelled); a later decision is the engine's
+    /// to drop.
+    fn decision<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, Result<ApprovalDecision>> {
+        Box::pin(async move {
+            Err(Error::EngineJournal {
+                step: format!("approval:{}", request.approval_id),
+                message: "this journal does not wait for approvals".to_owned(),
+            })
+        })
+    }
 }
 
 /// Runs `step` through `journal` as `name`, its result kept as JSON.

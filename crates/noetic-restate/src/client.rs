@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use noetic_core::{Item, Result};
+use noetic_core::{ApprovalDecision, Item, Result};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -112,6 +112,42 @@ impl RestateClient {
         }
     }
 
+    /// Approves the gated call `approval_id` (`{invocation id}:{call id}`, as the
+    /// `approval_requested` event names it) of a turn of `thread`. Sent before the turn waits, the
+    /// decision is kept until it does.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED` (also for a malformed id).
+    pub async fn approve(&self, thread: &str, approval_id: &str) -> Result<()> {
+        self.decide(thread, approval_id, &ApprovalDecision::Approved)
+            .await
+    }
+
+    /// Rejects the gated call `approval_id`: it does not run, and its output (which the model reads)
+    /// is `Tool call rejected: {reason}`.
+    ///
+    /// # Errors
+    /// As [`RestateClient::approve`].
+    pub async fn reject(&self, thread: &str, approval_id: &str, reason: &str) -> Result<()> {
+        let decision = ApprovalDecision::Rejected {
+            reason: reason.to_owned(),
+        };
+        self.decide(thread, approval_id, &decision).await
+    }
+
+    async fn decide(
+        &self,
+        thread: &str,
+        approval_id: &str,
+        decision: &ApprovalDecision,
+    ) -> Result<()> {
+        let url = format!("{}/NoeticThread/{}/decide", self.ingress, segment(thread));
+        let mut body = serde_json::to_value(decision).unwrap_or(Value::Null);
+        body["approval_id"] = Value::String(approval_id.to_owned());
+        let _: Value = self.call(self.http.post(&url).json(&body), &url).await?;
+        Ok(())
+    }
+
     /// The thread's history as its last turn left it.
     ///
     /// # Errors
@@ -191,7 +227,9 @@ impl RestateClient {
                 body: String::from_utf8_lossy(&body).into_owned(),
             });
         }
-        serde_json::from_slice(&body).map_err(|source| Refused::Status {
+        // A handler without a result answers with an empty body.
+        let body: &[u8] = if body.is_empty() { b"null" } else { &body };
+        serde_json::from_slice(body).map_err(|source| Refused::Status {
             status: status.as_u16(),
             body: format!("an answer that does not parse: {source}"),
         })

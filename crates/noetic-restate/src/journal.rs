@@ -6,10 +6,15 @@
 //! for its result. When Restate has the step recorded (a replay), it never calls the closure: the
 //! closure is dropped, the turn sees no go-ahead, drops its step unpolled and takes the recorded
 //! result. Steps are journaled one at a time, in the order the turn asks for them.
+//!
+//! A gated tool call's wait is the invocation's signal `approval/{approval_id}` (approval ids are
+//! `{invocation id}:{call id}`, the turn's root context taking the invocation's id): whoever knows
+//! the id resolves it through `NoeticThread/{thread}/decide`, before or while the turn waits, and a
+//! thread waiting for a person holds no process once Restate suspends the invocation.
 
 use futures_util::future::BoxFuture;
 use noetic_core::engine::StepJournal;
-use noetic_core::{Error, Result};
+use noetic_core::{ApprovalDecision, ApprovalRequest, Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -21,6 +26,20 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) enum Recorded {
     Ok(Value),
     Failed { code: String, message: String },
+}
+
+/// What the turn asks of the handler.
+pub(crate) enum Call {
+    /// Journal a step.
+    Step(StepCall),
+    /// Wait, durably, for the decision on a gated call.
+    Decision(DecisionCall),
+}
+
+/// A gated call's wait: the handler awaits the invocation's signal `approval/{approval_id}`.
+pub(crate) struct DecisionCall {
+    pub(crate) request: ApprovalRequest,
+    pub(crate) reply: oneshot::Sender<Result<ApprovalDecision>>,
 }
 
 /// One step the turn asks the handler to journal.
@@ -35,7 +54,7 @@ pub(crate) struct StepCall {
 
 /// The turn's side: a [`StepJournal`] that hands every step to the invocation's handler.
 pub(crate) struct Bridge {
-    pub(crate) calls: mpsc::UnboundedSender<StepCall>,
+    pub(crate) calls: mpsc::UnboundedSender<Call>,
 }
 
 fn gone(step: &str) -> Error {
@@ -56,11 +75,11 @@ impl StepJournal for Bridge {
             let (go, go_rx) = oneshot::channel();
             let (reply, reply_rx) = oneshot::channel();
             self.calls
-                .send(StepCall {
+                .send(Call::Step(StepCall {
                     name: name.clone(),
                     go,
                     reply,
-                })
+                }))
                 .map_err(|_| gone(&name))?;
             // Run here only when the engine asks; a replay drops the go-ahead unsent.
             let ran = match go_rx.await {
@@ -89,6 +108,27 @@ impl StepJournal for Bridge {
                 Ok(Err(error)) => Err(error),
                 Err(_) => Err(gone(&name)),
             }
+        })
+    }
+
+    fn decides_approvals(&self) -> bool {
+        true
+    }
+
+    fn decision<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, Result<ApprovalDecision>> {
+        Box::pin(async move {
+            let name = format!("approval:{}", request.approval_id);
+            let (reply, decided) = oneshot::channel();
+            self.calls
+                .send(Call::Decision(DecisionCall {
+                    request: request.clone(),
+                    reply,
+                }))
+                .map_err(|_| gone(&name))?;
+            decided.await.map_err(|_| gone(&name))?
         })
     }
 }

@@ -7,11 +7,13 @@
 //!
 //! - [`RestateHost`]: serves a harness's agent graph as the `NoeticThread` object on an HTTP/2
 //!   endpoint Restate invokes (register it with [`RestateClient::register`]).
-//! - [`RestateClient`]: `execute` (idempotent by message id), `output`, `history`, `abort`, and
-//!   `register`, over the ingress and admin APIs.
+//! - [`RestateClient`]: `execute` (idempotent by message id), `output`, `history`, `approve` /
+//!   `reject` (a gated call's wait is a Restate signal), `abort`, and `register`, over the ingress
+//!   and admin APIs.
 //!
-//! What this version does not do yet (see `docs/restate.md`): steers, approvals, streaming events
-//! to subscribers, the durable store as the history's record (the history is the object's state).
+//! What this version does not do yet (see `docs/restate.md`): steers, listing pending approvals,
+//! streaming events to subscribers across processes, the durable store as the history's record (the
+//! history is the object's state).
 
 mod client;
 mod error;
@@ -19,15 +21,16 @@ mod journal;
 mod thread;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use noetic_core::AgentHarness;
+use noetic_core::{AgentHarness, EventSink};
 use restate_sdk::prelude::{Endpoint, HttpServer};
 use tokio::net::TcpListener;
 
 pub use client::{RestateClient, TurnHandle};
 pub use error::CODES;
-pub use thread::{TurnInput, TurnOutput};
+pub use thread::{DecideInput, TurnInput, TurnOutput};
 
 /// How long one attempt of a turn may go without journal progress before Restate aborts it, by
 /// default: an hour, so a slow model round is never cut and paid again.
@@ -37,6 +40,7 @@ pub const DEFAULT_ROUND_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct RestateHost {
     harness: AgentHarness,
     round_timeout: Duration,
+    event_sink: Option<Arc<dyn EventSink>>,
 }
 
 impl RestateHost {
@@ -45,6 +49,7 @@ impl RestateHost {
         RestateHost {
             harness,
             round_timeout: DEFAULT_ROUND_TIMEOUT,
+            event_sink: None,
         }
     }
 
@@ -57,12 +62,21 @@ impl RestateHost {
         self
     }
 
+    /// Sends the events of the turns this process runs to `sink` (live, process-local: the turns
+    /// another process runs, or an attempt's replayed steps, are not seen here).
+    #[must_use]
+    pub fn event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.event_sink = Some(sink);
+        self
+    }
+
     /// The Restate endpoint: mount it in a server of your own, or use [`RestateHost::serve`].
     pub fn endpoint(self) -> Endpoint {
         use restate_sdk::prelude::IntoServiceDefinition as _;
         let options = thread::options(self.round_timeout);
         let object = thread::NoeticThread {
             harness: self.harness,
+            event_sink: self.event_sink,
         };
         Endpoint::builder()
             .bind(object.into_service_definition().options(options))

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::journal::{Bridge, StepCall};
+use crate::journal::{Bridge, Call, DecisionCall, StepCall};
 
 /// The state key of the thread's history.
 const HISTORY: &str = "history";
@@ -35,9 +35,21 @@ pub struct TurnOutput {
     pub usage: noetic_core::TokenUsage,
 }
 
-/// The object's implementation: the harness whose graph every turn runs.
+/// What `decide` takes: a gated call's approval id and the decision.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DecideInput {
+    /// The approval id (`{invocation id}:{call id}`), as the `approval_requested` event gives it.
+    pub approval_id: String,
+    /// The decision.
+    #[serde(flatten)]
+    pub decision: noetic_core::ApprovalDecision,
+}
+
+/// The object's implementation: the harness whose graph every turn runs, and where the turns'
+/// events go in this process.
 pub(crate) struct NoeticThread {
     pub(crate) harness: AgentHarness,
+    pub(crate) event_sink: Option<Arc<dyn noetic_core::EventSink>>,
 }
 
 /// Ends the turn's task when the handler's future is dropped (the invocation suspended or its
@@ -78,12 +90,17 @@ impl NoeticThread {
             .unwrap_or_default();
         let start = history.len();
         let (calls, mut steps) = mpsc::unbounded_channel();
-        let turn_ctx = self.harness.create_context(
-            ContextOptions::new()
-                .thread_id(ctx.key())
-                .items(history)
-                .step_journal(Arc::new(Bridge { calls })),
-        );
+        // The root takes the invocation's id: tool idempotency keys and approval ids are the same
+        // on every attempt.
+        let mut options = ContextOptions::new()
+            .id(ctx.invocation_id())
+            .thread_id(ctx.key())
+            .items(history)
+            .step_journal(Arc::new(Bridge { calls }));
+        if let Some(sink) = &self.event_sink {
+            options = options.event_sink(sink.clone());
+        }
+        let turn_ctx = self.harness.create_context(options);
         let graph = self
             .harness
             .agent_graph::<Value, Value>()
@@ -105,8 +122,10 @@ impl NoeticThread {
             tokio::select! {
                 call = steps.recv() => {
                     // The turn holds its sender until it ends; `None` comes only after.
-                    if let Some(call) = call {
-                        journal_step(&ctx, call).await;
+                    match call {
+                        Some(Call::Step(call)) => journal_step(&ctx, call).await,
+                        Some(Call::Decision(call)) => wait_decision(&ctx, call).await,
+                        None => {}
                     }
                 }
                 ended = &mut turn.task => break ended,
@@ -139,6 +158,31 @@ impl NoeticThread {
             text,
             usage: turn.ctx.tokens(),
         }))
+    }
+
+    /// Decides a gated call of the thread's running (or next) turn: resolves the turn's signal
+    /// `approval/{approval_id}`. Shared: answers while the turn runs. A decision sent before the turn
+    /// waits is kept until it does; a second decision of the same call is ignored by the turn.
+    #[handler]
+    async fn decide(
+        &self,
+        ctx: SharedObjectContext<'_>,
+        Json(input): Json<DecideInput>,
+    ) -> HandlerResult<()> {
+        let Some((invocation_id, _call_id)) = input.approval_id.split_once(':') else {
+            return Err(TerminalError::new_with_code(
+                400,
+                format!(
+                    "INVALID_ARGUMENT: `{}` is not an approval id (`{{invocation id}}:{{call id}}`)",
+                    input.approval_id
+                ),
+            )
+            .into());
+        };
+        ctx.invocation_handle(invocation_id.to_owned())
+            .signal(format!("approval/{}", input.approval_id))
+            .resolve(Json(input.decision));
+        Ok(())
     }
 
     /// The thread's history (shared: answers while a turn runs, with the history before it).
@@ -176,6 +220,25 @@ async fn journal_step(ctx: &ObjectContext<'_>, call: StepCall) {
                 step: String::new(),
                 message: error.to_string(),
             }
+        }),
+    });
+}
+
+/// Waits for a gated call's decision: the invocation's signal `approval/{approval_id}`, journaled
+/// once it comes (a replay gets it at once).
+async fn wait_decision(ctx: &ObjectContext<'_>, call: DecisionCall) {
+    let DecisionCall { request, reply } = call;
+    let decided = ctx
+        .signal::<Json<noetic_core::ApprovalDecision>>(&format!("approval/{}", request.approval_id))
+        .await;
+    let _ = reply.send(match decided {
+        Ok(Json(decision)) => Ok(decision),
+        Err(error) if error.code() == 409 => Err(Error::cancelled(Some(
+            "the Restate invocation was cancelled".to_owned(),
+        ))),
+        Err(error) => Err(Error::EngineJournal {
+            step: format!("approval:{}", request.approval_id),
+            message: error.to_string(),
         }),
     });
 }

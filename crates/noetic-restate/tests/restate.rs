@@ -83,10 +83,14 @@ struct Deployed {
 }
 
 async fn deploy(server: RestateServer, harness: AgentHarness) -> Deployed {
+    deploy_host(server, RestateHost::new(harness)).await
+}
+
+async fn deploy_host(server: RestateServer, host: RestateHost) -> Deployed {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(RestateHost::new(harness).serve(listener, stopped));
+    tokio::spawn(host.serve(listener, stopped));
     let client = RestateClient::new(server.ingress_url(), server.admin_url());
     client
         .register(&format!("http://127.0.0.1:{port}"))
@@ -312,4 +316,88 @@ async fn an_abort_cancels_the_invocation_at_its_next_step_and_nothing_after_it_r
         client.history("t1").await.unwrap().is_empty(),
         "an aborted turn records nothing in this version"
     );
+}
+
+fn gated_harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {
+    AgentHarness::builder("restate")
+        .provider("scripted", model.clone())
+        .agent_graph(
+            call_model("chat")
+                .model("scripted-model")
+                .instructions("Use echo, then answer.")
+                .tool(echo_tool(runs.clone()).needs_approval(true)),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_call_waits_for_its_decision_as_a_restate_signal_and_runs_once_approved() {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = react_model(None, None);
+    let deployed = deploy(server, gated_harness(&model, &runs)).await;
+    let client = &deployed.client;
+    let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
+    // The approval id is the invocation's and the call's: known to whoever holds the turn. A
+    // decision sent before the turn waits is kept until it does.
+    let approval_id = format!("{}:call_1", turn.invocation_id);
+    client.approve("t1", &approval_id).await.unwrap();
+    let output = client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(output.text, "the tool said journaled");
+    assert_eq!((model.request_count(), runs.load(Ordering::SeqCst)), (2, 1));
+
+    // A rejection: the call does not run, the model reads why.
+    let rejected = client.execute("t2", "echo it", "m-2").await.unwrap();
+    client
+        .reject(
+            "t2",
+            &format!("{}:call_1", rejected.invocation_id),
+            "not today",
+        )
+        .await
+        .unwrap();
+    let output = client.output(&rejected, WAIT).await.unwrap();
+    assert_eq!(output.text, "the tool said Tool call rejected: not today");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let malformed = client.approve("t1", "no-colon").await.unwrap_err();
+    assert_eq!(malformed.code(), "RESTATE_REFUSED", "{malformed}");
+    assert!(
+        malformed.to_string().contains("not an approval id"),
+        "{malformed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_requested_event_names_the_id_to_decide_while_the_turn_waits() {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = react_model(None, None);
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let sink = move |event: noetic_core::StreamEvent| {
+        if let noetic_core::StreamEvent::Framework(
+            noetic_core::FrameworkEvent::ApprovalRequested { approval_id, .. },
+        ) = event
+        {
+            let _ = events_tx.send(approval_id);
+        }
+    };
+    let host = RestateHost::new(gated_harness(&model, &runs)).event_sink(Arc::new(sink));
+    let deployed = deploy_host(server, host).await;
+    let client = &deployed.client;
+    let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
+    let approval_id = tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("the call waits")
+        .unwrap();
+    assert_eq!(approval_id, format!("{}:call_1", turn.invocation_id));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "not before the decision");
+    client.approve("t1", &approval_id).await.unwrap();
+    let output = client.output(&turn, WAIT).await.unwrap();
+    assert_eq!(output.text, "the tool said journaled");
+    assert_eq!((model.request_count(), runs.load(Ordering::SeqCst)), (2, 1));
 }

@@ -129,6 +129,14 @@ impl ContextOptions {
         self
     }
 
+    /// The id of the new root context (default: a fresh one). Tool calls' idempotency keys and
+    /// approval ids derive from it (`{id}:{call_id}`), so an engine replaying a run passes the same
+    /// id on every attempt (its invocation's id). Ignored for a child.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
     /// Runs the root's model rounds and tool calls through `journal`, an engine's (see
     /// [`crate::engine`]): the engine, not noetic's checkpoints, makes the run durable, so the root
     /// keeps no checkpoint journal even on a durable runtime. Ignored for a child (children use

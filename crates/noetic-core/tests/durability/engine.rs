@@ -9,23 +9,32 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use noetic_core::engine::StepJournal;
-use noetic_core::{AgentHarness, ContextOptions, Error};
+use noetic_core::{
+    AgentHarness, ApprovalDecision, ApprovalRequest, ContextOptions, Error, call_model,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::support::{Counts, INPUT, agent, echo_tool, model};
 
 /// An invocation's journal: what was recorded before it (replayed in order), then what it records.
+/// Its approval decisions come from `decide` (a person, answering at once) and are recorded too.
 struct Recorded {
     entries: Mutex<Vec<(String, Value)>>,
     next: AtomicUsize,
+    decide: Option<ApprovalDecision>,
 }
 
 impl Recorded {
     fn new(entries: Vec<(String, Value)>) -> Arc<Self> {
+        Self::deciding(entries, None)
+    }
+
+    fn deciding(entries: Vec<(String, Value)>, decide: Option<ApprovalDecision>) -> Arc<Self> {
         Arc::new(Recorded {
             entries: Mutex::new(entries),
             next: AtomicUsize::new(0),
+            decide,
         })
     }
 
@@ -59,6 +68,30 @@ impl StepJournal for Recorded {
             let value = step.await?;
             self.entries.lock().unwrap().push((name, value.clone()));
             Ok(value)
+        })
+    }
+
+    fn decides_approvals(&self) -> bool {
+        true
+    }
+
+    fn decision<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, noetic_core::Result<ApprovalDecision>> {
+        let decide = self.decide.clone();
+        let step = Box::pin(async move {
+            let decision = decide.ok_or_else(|| Error::EngineJournal {
+                step: String::new(),
+                message: "asked for a decision the record should have".to_owned(),
+            })?;
+            Ok(serde_json::to_value(decision).unwrap())
+        });
+        Box::pin(async move {
+            let value = self
+                .step(format!("approval:{}", request.approval_id), step)
+                .await?;
+            Ok(serde_json::from_value(value).unwrap())
         })
     }
 }
@@ -168,4 +201,89 @@ async fn a_replay_that_reaches_another_step_than_recorded_fails_with_engine_jour
         .await
         .unwrap_err();
     assert_eq!(error.code(), "ENGINE_JOURNAL", "{error}");
+}
+
+#[tokio::test]
+async fn a_gated_call_waits_for_the_journal_s_decision_and_a_replay_takes_the_recorded_one() {
+    let counts = Arc::new(Counts::default());
+    let gated_harness = |model: &noetic_test_support::ScriptedModel| {
+        AgentHarness::builder("engine")
+            .provider("scripted", model.clone())
+            .agent_graph(
+                call_model("gather")
+                    .model("scripted-model")
+                    .instructions("Gather with echo.")
+                    .tool(echo_tool(counts.clone(), None).needs_approval(true)),
+            )
+            .build()
+            .unwrap()
+    };
+    let run_as = async |harness: &AgentHarness, journal: &Arc<Recorded>| {
+        // The same root id on every attempt, as an engine gives its invocation's.
+        let ctx = harness.create_context(
+            ContextOptions::new()
+                .id("invocation-1")
+                .step_journal(journal.clone() as Arc<_>),
+        );
+        let graph = harness.agent_graph::<String, String>().unwrap();
+        let result = harness.run(&graph, INPUT.to_owned(), &ctx).await;
+        ctx.close().await;
+        result
+    };
+    let first_model = model(0, None, None);
+    let journal = Recorded::deciding(Vec::new(), Some(ApprovalDecision::Approved));
+    let harness = gated_harness(&first_model);
+    let output = run_as(&harness, &journal).await.unwrap();
+    assert_eq!(output, "gathered one and two");
+    assert_eq!(
+        journal.names(),
+        [
+            "round:gather:0",
+            "approval:invocation-1:call_a",
+            "tool:call_a",
+            "round:gather:1",
+            "approval:invocation-1:call_b",
+            "tool:call_b",
+            "round:gather:2"
+        ]
+    );
+    assert!(
+        harness
+            .pending_approvals(noetic_core::Scope::thread("__default__"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the engine's waits are not the harness's in-process approvals"
+    );
+
+    // Replayed with no one to decide: the recorded decisions answer, nothing runs again.
+    let replay_model = model(0, None, None);
+    let replay = Recorded::deciding(journal.entries(), None);
+    let again = run_as(&gated_harness(&replay_model), &replay)
+        .await
+        .unwrap();
+    assert_eq!(again, output);
+    assert_eq!(replay_model.request_count(), 0);
+    assert_eq!(
+        counts.call_runs().values().copied().collect::<Vec<_>>(),
+        [1, 1]
+    );
+
+    // A rejection is the call's output, and the tool does not run.
+    let rejecting_model = model(0, None, None);
+    let rejecting = Recorded::deciding(
+        Vec::new(),
+        Some(ApprovalDecision::Rejected {
+            reason: "not today".to_owned(),
+        }),
+    );
+    run_as(&gated_harness(&rejecting_model), &rejecting)
+        .await
+        .unwrap();
+    let outputs = rejecting_model.requests()[1].tool_outputs();
+    assert_eq!(outputs, ["Tool call rejected: not today"]);
+    assert_eq!(
+        counts.call_runs().values().copied().collect::<Vec<_>>(),
+        [1, 1]
+    );
 }

@@ -128,6 +128,12 @@ pub(super) async fn run_calls(
             .map(|call| approval_needed(call, tools, ctx))
             .collect();
         if asks.iter().any(Option::is_some) {
+            if let Some(journal) = ctx
+                .step_journal()
+                .filter(|journal| journal.decides_approvals())
+            {
+                return run_with_engine_approvals(calls, asks, tools, ctx, emit, journal).await;
+            }
             return run_with_approvals(calls, asks, tools, ctx, emit).await;
         }
     }
@@ -336,6 +342,98 @@ async fn run_with_approvals(
                 .forget(thread, &ctx.idempotency_key(&call.call_id))
                 .await?;
         }
+    }
+    Ok(CallsOutcome {
+        outputs: items,
+        steered: None,
+    })
+}
+
+/// [`run_with_approvals`] under an engine's journal that keeps approval waits: the ungated calls run
+/// first (in order), then each gated call announces its request and waits for the engine's
+/// decision (`StepJournal::decision`), and runs or gets its rejection. Nothing is registered with
+/// the harness's in-process approvals.
+async fn run_with_engine_approvals(
+    calls: &[FunctionCallItem],
+    mut asks: Vec<Option<ApprovalRequest>>,
+    tools: &ToolSet,
+    ctx: &Context,
+    emit: &EmitPolicy,
+    journal: &std::sync::Arc<dyn crate::engine::StepJournal>,
+) -> Result<CallsOutcome> {
+    let (gated, ungated): (Vec<usize>, Vec<usize>) =
+        (0..calls.len()).partition(|index| asks[*index].is_some());
+    let mut items = Vec::with_capacity(calls.len());
+    for index in ungated.into_iter().chain(gated) {
+        let call = &calls[index];
+        let outcome = match asks[index].take() {
+            None => start_call(call, tools, ctx, emit).await?,
+            Some(request) => {
+                crate::telemetry::approval_requested(ctx.runtime().name(), &request.tool);
+                if emit.active(ctx) {
+                    emit.emit(
+                        ctx,
+                        FrameworkEvent::ApprovalRequested {
+                            approval_id: request.approval_id.clone(),
+                            call_id: request.call_id.clone(),
+                            tool: request.tool.clone(),
+                            arguments: request.arguments.clone(),
+                        },
+                    );
+                }
+                match until_cancelled(ctx, journal.decision(&request)).await {
+                    Some(decision) => {
+                        let rejected = match decision? {
+                            ApprovalDecision::Approved => None,
+                            ApprovalDecision::Rejected { reason } => Some(reason),
+                        };
+                        if emit.active(ctx) {
+                            emit.emit(
+                                ctx,
+                                FrameworkEvent::ApprovalDecided {
+                                    approval_id: request.approval_id.clone(),
+                                    call_id: call.call_id.clone(),
+                                    approved: rejected.is_none(),
+                                    reason: rejected.clone(),
+                                },
+                            );
+                        }
+                        match rejected {
+                            None => start_call(call, tools, ctx, emit).await?,
+                            Some(reason) => {
+                                CallOutcome::error(format!("Tool call rejected: {reason}"))
+                            }
+                        }
+                    }
+                    // Cancelled while waiting: this call and the other waiting ones get an output,
+                    // so the history stays valid; then the cancel goes on.
+                    None => {
+                        items.push(record(
+                            ctx,
+                            call,
+                            CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
+                            emit,
+                        ));
+                        for (later, ask) in asks.iter_mut().enumerate() {
+                            if ask.take().is_some() {
+                                items.push(record(
+                                    ctx,
+                                    &calls[later],
+                                    CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
+                                    emit,
+                                ));
+                            }
+                        }
+                        ctx.check_aborted()?;
+                        return Ok(CallsOutcome {
+                            outputs: items,
+                            steered: None,
+                        });
+                    }
+                }
+            }
+        };
+        items.push(record(ctx, call, outcome, emit));
     }
     Ok(CallsOutcome {
         outputs: items,
