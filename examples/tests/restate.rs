@@ -74,6 +74,23 @@ fn serve(address: &str, provider_url: &str, extra: &[&str]) -> Service {
     service
 }
 
+/// Starts the service on a free loopback address with `extra` flags and registers it with `server`;
+/// returns the service and the address (to start it again there).
+async fn deploy(
+    server: &noetic_test_support::restate::RestateServer,
+    client: &RestateClient,
+    provider_url: &str,
+    extra: &[&str],
+) -> (Service, String) {
+    let address = free_address();
+    let service = serve(&address, provider_url, extra);
+    client
+        .register(&format!("http://{address}"))
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+    (service, address)
+}
+
 fn free_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -140,14 +157,9 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
             }
         }
     });
-    let address = free_address();
     let provider_url = mock.base_url();
-    let service = serve(&address, &provider_url, &[]);
     let client = RestateClient::new(server.ingress_url(), server.admin_url());
-    client
-        .register(&format!("http://{address}"))
-        .await
-        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+    let (service, address) = deploy(&server, &client, &provider_url, &[]).await;
 
     let turn = client.execute("t1", "search rust", "m-1").await.unwrap();
     tokio::time::timeout(WAIT, mock.wait_for_requests(2))
@@ -188,15 +200,10 @@ async fn a_turn_waiting_for_approval_outlives_its_service_process_and_runs_the_c
         None => MockReply::function_call("call_1", "search", &json!({"query": "rust"})),
         Some(output) => MockReply::answer(&format!("The tool said {output}")),
     });
-    let address = free_address();
     let provider_url = mock.base_url();
     let gated = ["--needs-approval"];
-    let mut service = serve(&address, &provider_url, &gated);
     let client = RestateClient::new(server.ingress_url(), server.admin_url());
-    client
-        .register(&format!("http://{address}"))
-        .await
-        .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
+    let (mut service, address) = deploy(&server, &client, &provider_url, &gated).await;
 
     let turn = client.execute("t1", "search rust", "m-1").await.unwrap();
     // Printed once round 1 is journaled and the call waits for its decision.

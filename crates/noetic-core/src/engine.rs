@@ -96,7 +96,7 @@ where
     let step_name = name.clone();
     let value = journal
         .step(
-            name,
+            name.clone(),
             Box::pin(async move {
                 let result = step.await?;
                 serde_json::to_value(&result).map_err(|source| Error::EngineJournal {
@@ -107,7 +107,7 @@ where
         )
         .await?;
     serde_json::from_value(value).map_err(|source| Error::EngineJournal {
-        step: String::new(),
+        step: name,
         message: format!("a recorded result does not read back: {source}"),
     })
 }

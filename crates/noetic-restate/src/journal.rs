@@ -97,16 +97,16 @@ impl StepJournal for Bridge {
                 }
                 Err(_) => None,
             };
-            match reply_rx.await {
-                // Journaled: the step's own result (the journal holds the same).
-                Ok(Ok(_)) if ran.is_some() => ran.unwrap_or_else(|| Err(gone(&name))),
-                Ok(Ok(Recorded::Ok(value))) => Ok(value),
-                Ok(Ok(Recorded::Failed { code, message })) => Err(Error::EngineJournal {
+            match (ran, reply_rx.await) {
+                // Run here and journaled: the step's own result (the journal holds the same).
+                (Some(result), Ok(Ok(_))) => result,
+                (None, Ok(Ok(Recorded::Ok(value)))) => Ok(value),
+                (None, Ok(Ok(Recorded::Failed { code, message }))) => Err(Error::EngineJournal {
                     step: name,
                     message: format!("the step failed when it first ran ({code}): {message}"),
                 }),
-                Ok(Err(error)) => Err(error),
-                Err(_) => Err(gone(&name)),
+                (_, Ok(Err(error))) => Err(error),
+                (_, Err(_)) => Err(gone(&name)),
             }
         })
     }

@@ -40,17 +40,22 @@ fn echo_tool(runs: Arc<AtomicUsize>) -> Tool {
     )
 }
 
-fn harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {
+/// One `call_model` step offering `tool`, on `model`.
+fn harness_with(model: impl noetic_core::ModelProvider, tool: Tool) -> AgentHarness {
     AgentHarness::builder("restate")
-        .provider("scripted", model.clone())
+        .provider("scripted", model)
         .agent_graph(
             call_model("chat")
                 .model("scripted-model")
                 .instructions("Use echo, then answer.")
-                .tool(echo_tool(runs.clone())),
+                .tool(tool),
         )
         .build()
         .unwrap()
+}
+
+fn harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {
+    harness_with(model.clone(), echo_tool(runs.clone()))
 }
 
 /// A react-2 model: round 1 calls `echo`, round 2 answers with what the tool said. The request
@@ -277,19 +282,7 @@ async fn an_abort_cancels_the_invocation_at_its_next_step_and_nothing_after_it_r
     let server = restate_or_skip!();
     let runs = Arc::new(AtomicUsize::new(0));
     let model = noetic_test_support::PacedModel::new();
-    let deployed = deploy(server, {
-        AgentHarness::builder("restate")
-            .provider("scripted", model.clone())
-            .agent_graph(
-                call_model("chat")
-                    .model("scripted-model")
-                    .instructions("Use echo, then answer.")
-                    .tool(echo_tool(runs.clone())),
-            )
-            .build()
-            .unwrap()
-    })
-    .await;
+    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
     let client = &deployed.client;
     let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
     let round = tokio::time::timeout(WAIT, model.next_call())
@@ -319,16 +312,7 @@ async fn an_abort_cancels_the_invocation_at_its_next_step_and_nothing_after_it_r
 }
 
 fn gated_harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {
-    AgentHarness::builder("restate")
-        .provider("scripted", model.clone())
-        .agent_graph(
-            call_model("chat")
-                .model("scripted-model")
-                .instructions("Use echo, then answer.")
-                .tool(echo_tool(runs.clone()).needs_approval(true)),
-        )
-        .build()
-        .unwrap()
+    harness_with(model.clone(), echo_tool(runs.clone()).needs_approval(true))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -276,25 +276,8 @@ async fn run_with_approvals(
             None => start_call(call, tools, ctx, emit).await?,
             Some(mut waiting) => match until_cancelled(ctx, waiting.decision()).await {
                 Some(Some(decision)) => {
-                    let rejected = match decision {
-                        ApprovalDecision::Approved => None,
-                        ApprovalDecision::Rejected { reason } => Some(reason),
-                    };
-                    if emit.active(ctx) {
-                        emit.emit(
-                            ctx,
-                            FrameworkEvent::ApprovalDecided {
-                                approval_id: ctx.idempotency_key(&call.call_id),
-                                call_id: call.call_id.clone(),
-                                approved: rejected.is_none(),
-                                reason: rejected.clone(),
-                            },
-                        );
-                    }
-                    match rejected {
-                        None => start_call(call, tools, ctx, emit).await?,
-                        Some(reason) => CallOutcome::error(format!("Tool call rejected: {reason}")),
-                    }
+                    let approval_id = ctx.idempotency_key(&call.call_id);
+                    decided(call, approval_id, decision, tools, ctx, emit).await?
                 }
                 // Cancelled while waiting (or the request was replaced): this call and the other
                 // waiting ones get an output, so the history stays valid; then the cancel goes on.
@@ -349,6 +332,37 @@ async fn run_with_approvals(
     })
 }
 
+/// A gated call once decided: `approval_decided` emitted, then the call run (approved) or answered
+/// with its rejection.
+async fn decided(
+    call: &FunctionCallItem,
+    approval_id: String,
+    decision: ApprovalDecision,
+    tools: &ToolSet,
+    ctx: &Context,
+    emit: &EmitPolicy,
+) -> Result<CallOutcome> {
+    let rejected = match decision {
+        ApprovalDecision::Approved => None,
+        ApprovalDecision::Rejected { reason } => Some(reason),
+    };
+    if emit.active(ctx) {
+        emit.emit(
+            ctx,
+            FrameworkEvent::ApprovalDecided {
+                approval_id,
+                call_id: call.call_id.clone(),
+                approved: rejected.is_none(),
+                reason: rejected.clone(),
+            },
+        );
+    }
+    match rejected {
+        None => start_call(call, tools, ctx, emit).await,
+        Some(reason) => Ok(CallOutcome::error(format!("Tool call rejected: {reason}"))),
+    }
+}
+
 /// [`run_with_approvals`] under an engine's journal that keeps approval waits: the ungated calls run
 /// first (in order), then each gated call announces its request and waits for the engine's
 /// decision (`StepJournal::decision`), and runs or gets its rejection. Nothing is registered with
@@ -383,27 +397,7 @@ async fn run_with_engine_approvals(
                 }
                 match until_cancelled(ctx, journal.decision(&request)).await {
                     Some(decision) => {
-                        let rejected = match decision? {
-                            ApprovalDecision::Approved => None,
-                            ApprovalDecision::Rejected { reason } => Some(reason),
-                        };
-                        if emit.active(ctx) {
-                            emit.emit(
-                                ctx,
-                                FrameworkEvent::ApprovalDecided {
-                                    approval_id: request.approval_id.clone(),
-                                    call_id: call.call_id.clone(),
-                                    approved: rejected.is_none(),
-                                    reason: rejected.clone(),
-                                },
-                            );
-                        }
-                        match rejected {
-                            None => start_call(call, tools, ctx, emit).await?,
-                            Some(reason) => {
-                                CallOutcome::error(format!("Tool call rejected: {reason}"))
-                            }
-                        }
+                        decided(call, request.approval_id, decision?, tools, ctx, emit).await?
                     }
                     // Cancelled while waiting: this call and the other waiting ones get an output,
                     // so the history stays valid; then the cancel goes on.
