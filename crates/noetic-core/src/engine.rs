@@ -18,6 +18,10 @@
 //! process, and a replay gets the decision from the record) instead of the harness's in-process
 //! approvals, which then neither list nor decide those calls.
 //!
+//! Steers reach a journaled turn through [`StepJournal::steers`], asked before each model request
+//! of a `call_model` step but its first (`steers:{step_id}:{n}`): the engine takes them from where
+//! it queues them and records what it took, so a replay applies the same steers at the same place.
+//!
 //! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
 //! next steer point between rounds, as a recorded round must be whole); a replayed round emits no
 //! deltas (its `model_call_started` / `model_call_completed` still come). Without a journal nothing
@@ -30,7 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{ApprovalDecision, ApprovalRequest, Error, Result};
+use crate::{ApprovalDecision, ApprovalRequest, Error, Result, Steer};
 
 /// Runs a turn's steps durably (see the module docs). Implemented by an engine adapter; noetic calls
 /// it, in the tree's order, from the task that runs the tree.
@@ -80,6 +84,21 @@ pub trait StepJournal: Send + Sync + 'static {
                 message: "this journal does not wait for approvals".to_owned(),
             })
         })
+    }
+
+    /// Takes the steers waiting for the turn at the steer point `name` (`steers:{step_id}:{n}`,
+    /// before a request of a `call_model` step after its first): each applied there, in order, as
+    /// a `between-rounds` steer is. Recorded like a step: a replay gets the same steers back.
+    /// Default: none (this journal has no inbox).
+    ///
+    /// # Errors
+    /// The engine's.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves steers not yet taken where they wait.
+    fn steers(&self, name: String) -> BoxFuture<'_, Result<Vec<Steer>>> {
+        let _ = name;
+        Box::pin(async { Ok(Vec::new()) })
     }
 }
 

@@ -48,6 +48,18 @@ pub struct Steer {
     pub items: Vec<Item>,
 }
 
+impl Steer {
+    /// A steer of `items` delivered as `mode`, as an engine's inbox hands it over
+    /// ([`crate::engine::StepJournal::steers`]).
+    pub fn new(message_id: impl Into<String>, mode: DeliveryMode, items: Vec<Item>) -> Self {
+        Steer {
+            message_id: message_id.into(),
+            mode,
+            items,
+        }
+    }
+}
+
 /// What to do with a steer at a point.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

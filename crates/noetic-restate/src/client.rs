@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::error::error;
-use crate::thread::{TurnInput, TurnOutput};
+use crate::inbox::{SteerInput, SteerOutcome};
+use crate::thread::{AbortInput, TurnInput, TurnOutput};
 
 /// How long a request to the server may take, except [`RestateClient::output`]'s wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -16,6 +17,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A turn accepted by Restate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnHandle {
+    /// The thread the turn belongs to.
+    pub thread: String,
     /// The invocation running (or that ran) the turn.
     pub invocation_id: String,
     /// Whether an earlier `execute` with the same message id was accepted already (this one was
@@ -81,9 +84,32 @@ impl RestateClient {
             .ok_or_else(|| error("RESTATE_REFUSED", format!("{url} answered {answer}")))?
             .to_owned();
         Ok(TurnHandle {
+            thread: thread.to_owned(),
             invocation_id,
             duplicate: answer["status"] == "PreviouslyAccepted",
         })
+    }
+
+    /// Steers `thread`'s running turn with the message `text`: it joins the turn before its next
+    /// model request (between rounds; a round in flight is never cut) and is recorded there. With
+    /// no turn running, or if the turn ends before its next request, the message becomes a turn of
+    /// its own. Idempotent by `message_id`, as [`RestateClient::execute`] is.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
+    pub async fn steer(&self, thread: &str, text: &str, message_id: &str) -> Result<SteerOutcome> {
+        let url = format!("{}/NoeticInbox/{}/push", self.ingress, segment(thread));
+        let body = serde_json::to_value(SteerInput {
+            text: text.to_owned(),
+            message_id: message_id.to_owned(),
+        })
+        .unwrap_or(Value::Null);
+        let request = self
+            .http
+            .post(&url)
+            .header("idempotency-key", message_id)
+            .json(&body);
+        self.call(request, &url).await
     }
 
     /// Waits (at most `timeout`) for the turn's outcome.
@@ -157,33 +183,25 @@ impl RestateClient {
         self.call(self.http.post(&url), &url).await
     }
 
-    /// Cancels the turn's invocation. Restate delivers the cancel at the turn's next journaled
-    /// step: a model round already streaming runs to its end first.
+    /// Aborts the turn: Restate cancels its invocation, and the process running the turn, when it
+    /// is the one Restate routes this request to (always, with one service process), cuts the
+    /// round streaming now at once. Otherwise the cancel lands at the turn's next journaled step
+    /// and the round in flight runs to its end first. The turn ends `CANCELLED` (its outcome a
+    /// 409) and nothing after it runs.
     ///
     /// # Errors
     /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
     pub async fn abort(&self, turn: &TurnHandle) -> Result<()> {
         let url = format!(
-            "{}/invocations/{}/cancel",
-            self.admin,
-            segment(&turn.invocation_id)
+            "{}/NoeticThread/{}/abort",
+            self.ingress,
+            segment(&turn.thread)
         );
-        let response = self
-            .http
-            .patch(&url)
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(|source| Refused::Unreachable(source.to_string()).into_error(&url))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(Refused::Status {
-                status: status.as_u16(),
-                body,
-            }
-            .into_error(&url));
-        }
+        let body = serde_json::to_value(AbortInput {
+            invocation_id: turn.invocation_id.clone(),
+        })
+        .unwrap_or(Value::Null);
+        let _: Value = self.call(self.http.post(&url).json(&body), &url).await?;
         Ok(())
     }
 

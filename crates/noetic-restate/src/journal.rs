@@ -11,13 +11,18 @@
 //! `{invocation id}:{call id}`, the turn's root context taking the invocation's id): whoever knows
 //! the id resolves it through `NoeticThread/{thread}/decide`, before or while the turn waits, and a
 //! thread waiting for a person holds no process once Restate suspends the invocation.
+//!
+//! At each steer point the turn asks for the steers waiting in the thread's `NoeticInbox`: the
+//! handler calls its `take`, a journaled call, so a replay gets the same steers at the same place.
 
 use futures_util::future::BoxFuture;
 use noetic_core::engine::StepJournal;
-use noetic_core::{ApprovalDecision, ApprovalRequest, Error, Result};
+use noetic_core::{ApprovalDecision, ApprovalRequest, DeliveryMode, Error, Item, Result, Steer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::inbox::SteerInput;
 
 /// A step's result as the journal keeps it: a failure is recorded too, so a replay takes the same
 /// path the first run took.
@@ -34,6 +39,8 @@ pub(crate) enum Call {
     Step(StepCall),
     /// Wait, durably, for the decision on a gated call.
     Decision(DecisionCall),
+    /// Take the steers waiting in the thread's inbox (a journaled call to `NoeticInbox/take`).
+    Steers(oneshot::Sender<Result<Vec<SteerInput>>>),
 }
 
 /// A gated call's wait: the handler awaits the invocation's signal `approval/{approval_id}`.
@@ -129,6 +136,26 @@ impl StepJournal for Bridge {
                 }))
                 .map_err(|_| gone(&name))?;
             decided.await.map_err(|_| gone(&name))?
+        })
+    }
+
+    fn steers(&self, name: String) -> BoxFuture<'_, Result<Vec<Steer>>> {
+        Box::pin(async move {
+            let (reply, taken) = oneshot::channel();
+            self.calls
+                .send(Call::Steers(reply))
+                .map_err(|_| gone(&name))?;
+            let taken = taken.await.map_err(|_| gone(&name))??;
+            Ok(taken
+                .into_iter()
+                .map(|steer| {
+                    Steer::new(
+                        steer.message_id,
+                        DeliveryMode::BetweenRounds,
+                        vec![Item::user_text(steer.text)],
+                    )
+                })
+                .collect())
         })
     }
 }

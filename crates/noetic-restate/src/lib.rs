@@ -7,16 +7,18 @@
 //!
 //! - [`RestateHost`]: serves a harness's agent graph as the `NoeticThread` object on an HTTP/2
 //!   endpoint Restate invokes (register it with [`RestateClient::register`]).
-//! - [`RestateClient`]: `execute` (idempotent by message id), `output`, `history`, `approve` /
-//!   `reject` (a gated call's wait is a Restate signal), `abort`, and `register`, over the ingress
-//!   and admin APIs.
+//! - [`RestateClient`]: `execute` (idempotent by message id), `steer` (through the thread's
+//!   `NoeticInbox` object, taken at each steer point between rounds), `output`, `history`,
+//!   `approve` / `reject` (a gated call's wait is a Restate signal), `abort` (prompt when the turn
+//!   runs in the process handling it), and `register`, over the ingress and admin APIs.
 //!
-//! What this version does not do yet (see `docs/restate.md`): steers, listing pending approvals,
+//! What this version does not do yet (see `docs/restate.md`): listing pending approvals,
 //! streaming events to subscribers across processes, the durable store as the history's record (the
 //! history is the object's state).
 
 mod client;
 mod error;
+mod inbox;
 mod journal;
 mod thread;
 
@@ -30,7 +32,8 @@ use tokio::net::TcpListener;
 
 pub use client::{RestateClient, TurnHandle};
 pub use error::CODES;
-pub use thread::{DecideInput, TurnInput, TurnOutput};
+pub use inbox::{SteerInput, SteerOutcome};
+pub use thread::{AbortInput, DecideInput, TurnInput, TurnOutput};
 
 /// How long one attempt of a turn may go without journal progress before Restate aborts it, by
 /// default: an hour, so a slow model round is never cut and paid again.
@@ -77,9 +80,11 @@ impl RestateHost {
         let object = thread::NoeticThread {
             harness: self.harness,
             event_sink: self.event_sink,
+            running: Arc::default(),
         };
         Endpoint::builder()
             .bind(object.into_service_definition().options(options))
+            .bind(inbox::NoeticInbox.into_service_definition())
             .build()
     }
 

@@ -3,7 +3,8 @@
 //! with its model rounds and tool calls journaled; `history` (shared) reads the history while a
 //! turn runs.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use noetic_core::{AgentHarness, ContextOptions, Error, Item};
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::inbox::{NoeticInboxClient, SteerInput};
 use crate::journal::{Bridge, Call, DecisionCall, StepCall};
 
 /// The state key of the thread's history.
@@ -50,6 +52,19 @@ pub struct DecideInput {
 pub(crate) struct NoeticThread {
     pub(crate) harness: AgentHarness,
     pub(crate) event_sink: Option<Arc<dyn noetic_core::EventSink>>,
+    /// The turns running in this process, by invocation id: `abort` cuts one at once when it is
+    /// here.
+    pub(crate) running: Running,
+}
+
+/// The turns running in this process, by invocation id.
+pub(crate) type Running = Arc<Mutex<HashMap<String, noetic_core::Context>>>;
+
+/// What `abort` takes: the turn's invocation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AbortInput {
+    /// The invocation running the turn.
+    pub invocation_id: String,
 }
 
 /// Ends the turn's task when the handler's future is dropped (the invocation suspended or its
@@ -57,10 +72,14 @@ pub(crate) struct NoeticThread {
 struct TurnTask {
     ctx: noetic_core::Context,
     task: tokio::task::JoinHandle<noetic_core::Result<Value>>,
+    /// Where the turn is listed as running here, and under which invocation.
+    running: Running,
+    invocation_id: String,
 }
 
 impl Drop for TurnTask {
     fn drop(&mut self) {
+        lock(&self.running).remove(&self.invocation_id);
         self.ctx
             .abort(Some("the Restate invocation's attempt ended".to_owned()));
         self.task.abort();
@@ -83,6 +102,83 @@ impl NoeticThread {
         ctx: ObjectContext<'_>,
         Json(input): Json<TurnInput>,
     ) -> HandlerResult<Json<TurnOutput>> {
+        // Steers from now on wait in the inbox for this turn's steer points; the ones it does not
+        // take become turns of their own when it ends, however it ends.
+        ctx.object_client::<NoeticInboxClient>(ctx.key())
+            .begin()
+            .call()
+            .await?;
+        let outcome = self.run_turn(&ctx, input).await;
+        let finished = ctx
+            .object_client::<NoeticInboxClient>(ctx.key())
+            .finish()
+            .call()
+            .await;
+        let output = outcome?;
+        finished?;
+        Ok(Json(output))
+    }
+
+    /// Decides a gated call of the thread's running (or next) turn: resolves the turn's signal
+    /// `approval/{approval_id}`. Shared: answers while the turn runs. A decision sent before the turn
+    /// waits is kept until it does; a second decision of the same call is ignored by the turn.
+    #[handler]
+    async fn decide(
+        &self,
+        ctx: SharedObjectContext<'_>,
+        Json(input): Json<DecideInput>,
+    ) -> HandlerResult<()> {
+        let Some((invocation_id, _call_id)) = input.approval_id.split_once(':') else {
+            return Err(TerminalError::new_with_code(
+                400,
+                format!(
+                    "INVALID_ARGUMENT: `{}` is not an approval id (`{{invocation id}}:{{call id}}`)",
+                    input.approval_id
+                ),
+            )
+            .into());
+        };
+        ctx.invocation_handle(invocation_id.to_owned())
+            .signal(format!("approval/{}", input.approval_id))
+            .resolve(Json(input.decision));
+        Ok(())
+    }
+
+    /// Aborts a turn of the thread: cancels its invocation and, when the turn runs in this process,
+    /// aborts it here at once, so a round streaming now is cut (dropped, its spend accounted as a
+    /// cancel's is) rather than run to its end. A turn running in another process learns of the
+    /// cancel from Restate at its next step. Shared: answers while the turn runs.
+    #[handler]
+    async fn abort(
+        &self,
+        ctx: SharedObjectContext<'_>,
+        Json(input): Json<AbortInput>,
+    ) -> HandlerResult<()> {
+        if let Some(turn) = lock(&self.running).get(&input.invocation_id) {
+            turn.abort(Some("aborted through Restate".to_owned()));
+        }
+        ctx.invocation_handle(input.invocation_id).cancel();
+        Ok(())
+    }
+
+    /// The thread's history (shared: answers while a turn runs, with the history before it).
+    #[handler]
+    async fn history(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<Vec<Item>>> {
+        Ok(ctx
+            .get::<Json<Vec<Item>>>(HISTORY)
+            .await?
+            .unwrap_or_else(|| Json(Vec::new())))
+    }
+}
+
+impl NoeticThread {
+    /// The turn itself: `input` appended to the history, the agent graph run with each model round
+    /// and tool call a journaled step, the turn's new items recorded.
+    async fn run_turn(
+        &self,
+        ctx: &ObjectContext<'_>,
+        input: TurnInput,
+    ) -> HandlerResult<TurnOutput> {
         let history: Vec<Item> = ctx
             .get::<Json<Vec<Item>>>(HISTORY)
             .await?
@@ -105,7 +201,10 @@ impl NoeticThread {
             .harness
             .agent_graph::<Value, Value>()
             .map_err(|error| terminal(&error))?;
+        lock(&self.running).insert(ctx.invocation_id().to_owned(), turn_ctx.clone());
         let mut turn = TurnTask {
+            running: self.running.clone(),
+            invocation_id: ctx.invocation_id().to_owned(),
             ctx: turn_ctx.clone(),
             task: tokio::spawn({
                 let (harness, turn_ctx) = (self.harness.clone(), turn_ctx.clone());
@@ -123,8 +222,9 @@ impl NoeticThread {
                 call = steps.recv() => {
                     // The turn holds its sender until it ends; `None` comes only after.
                     match call {
-                        Some(Call::Step(call)) => journal_step(&ctx, call).await,
-                        Some(Call::Decision(call)) => wait_decision(&ctx, call).await,
+                        Some(Call::Step(call)) => journal_step(ctx, call).await,
+                        Some(Call::Decision(call)) => wait_decision(ctx, call).await,
+                        Some(Call::Steers(reply)) => take_steers(ctx, reply).await,
                         None => {}
                     }
                 }
@@ -153,45 +253,11 @@ impl NoeticThread {
             Value::Null => String::new(),
             other => other.to_string(),
         };
-        Ok(Json(TurnOutput {
+        Ok(TurnOutput {
             output,
             text,
             usage: turn.ctx.tokens(),
-        }))
-    }
-
-    /// Decides a gated call of the thread's running (or next) turn: resolves the turn's signal
-    /// `approval/{approval_id}`. Shared: answers while the turn runs. A decision sent before the turn
-    /// waits is kept until it does; a second decision of the same call is ignored by the turn.
-    #[handler]
-    async fn decide(
-        &self,
-        ctx: SharedObjectContext<'_>,
-        Json(input): Json<DecideInput>,
-    ) -> HandlerResult<()> {
-        let Some((invocation_id, _call_id)) = input.approval_id.split_once(':') else {
-            return Err(TerminalError::new_with_code(
-                400,
-                format!(
-                    "INVALID_ARGUMENT: `{}` is not an approval id (`{{invocation id}}:{{call id}}`)",
-                    input.approval_id
-                ),
-            )
-            .into());
-        };
-        ctx.invocation_handle(invocation_id.to_owned())
-            .signal(format!("approval/{}", input.approval_id))
-            .resolve(Json(input.decision));
-        Ok(())
-    }
-
-    /// The thread's history (shared: answers while a turn runs, with the history before it).
-    #[handler]
-    async fn history(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<Vec<Item>>> {
-        Ok(ctx
-            .get::<Json<Vec<Item>>>(HISTORY)
-            .await?
-            .unwrap_or_else(|| Json(Vec::new())))
+        })
     }
 }
 
@@ -224,6 +290,28 @@ async fn journal_step(ctx: &ObjectContext<'_>, call: StepCall) {
     });
 }
 
+/// Takes the steers waiting in the thread's inbox: a journaled call, so a replay gets the same.
+async fn take_steers(
+    ctx: &ObjectContext<'_>,
+    reply: tokio::sync::oneshot::Sender<noetic_core::Result<Vec<SteerInput>>>,
+) {
+    let taken = ctx
+        .object_client::<NoeticInboxClient>(ctx.key())
+        .take()
+        .call()
+        .await;
+    let _ = reply.send(match taken {
+        Ok(Json(steers)) => Ok(steers),
+        Err(error) if error.code() == 409 => Err(Error::cancelled(Some(
+            "the Restate invocation was cancelled".to_owned(),
+        ))),
+        Err(error) => Err(Error::EngineJournal {
+            step: "steers".to_owned(),
+            message: error.to_string(),
+        }),
+    });
+}
+
 /// Waits for a gated call's decision: the invocation's signal `approval/{approval_id}`, journaled
 /// once it comes (a replay gets it at once).
 async fn wait_decision(ctx: &ObjectContext<'_>, call: DecisionCall) {
@@ -241,6 +329,12 @@ async fn wait_decision(ctx: &ObjectContext<'_>, call: DecisionCall) {
             message: error.to_string(),
         }),
     });
+}
+
+fn lock(running: &Running) -> MutexGuard<'_, HashMap<String, noetic_core::Context>> {
+    running
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The object's service options: a model round may run long, so an attempt is never aborted (and

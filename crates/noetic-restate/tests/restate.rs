@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use noetic_core::{AgentHarness, Item, Tool, ToolContext, ToolError, call_model};
-use noetic_restate::{RestateClient, RestateHost};
+use noetic_restate::{RestateClient, RestateHost, SteerOutcome};
 use noetic_test_support::restate::RestateServer;
 use noetic_test_support::{RecordedRequest, ScriptedModel, ScriptedResponse, restate_or_skip};
 use schemars::JsonSchema;
@@ -278,7 +278,7 @@ async fn a_thread_s_turns_run_one_at_a_time_in_order_and_threads_run_side_by_sid
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_abort_cancels_the_invocation_at_its_next_step_and_nothing_after_it_runs() {
+async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
     let server = restate_or_skip!();
     let runs = Arc::new(AtomicUsize::new(0));
     let model = noetic_test_support::PacedModel::new();
@@ -289,26 +289,28 @@ async fn an_abort_cancels_the_invocation_at_its_next_step_and_nothing_after_it_r
         .await
         .expect("round 1 asked");
     client.abort(&turn).await.unwrap();
-    // The round streaming when the cancel came runs to its end (Restate does not cut a running
-    // step); the cancel lands at the next step: the call does not run, no round follows.
-    round.send_all(
-        ScriptedResponse::tool_call("call_1", "echo", json!({"text": "never"})).into_events(),
-    );
-    drop(round);
+    // The turn runs in this process: the round streaming is cut now, not run to its end.
+    tokio::time::timeout(WAIT, round.dropped())
+        .await
+        .expect("the round's stream was dropped");
     let failed = client.output(&turn, WAIT).await.unwrap_err();
     assert_eq!(failed.code(), "RESTATE_TURN_FAILED", "{failed}");
     assert!(failed.to_string().contains("(409)"), "{failed}");
     assert!(failed.to_string().contains("CANCELLED"), "{failed}");
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the call after the cancel did not run"
-    );
-    assert_eq!(model.call_count(), 1, "no round after the cancel");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "no call ran");
+    assert_eq!(model.call_count(), 1, "no round after the abort");
     assert!(
         client.history("t1").await.unwrap().is_empty(),
         "an aborted turn records nothing in this version"
     );
+    // The thread goes on: its next turn runs.
+    let next = client.execute("t1", "again", "m-2").await.unwrap();
+    let round = tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .expect("the next turn asked");
+    round.send_all(ScriptedResponse::text("done").into_events());
+    drop(round);
+    assert_eq!(client.output(&next, WAIT).await.unwrap().text, "done");
 }
 
 fn gated_harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {
@@ -384,4 +386,87 @@ async fn the_approval_requested_event_names_the_id_to_decide_while_the_turn_wait
     let output = client.output(&turn, WAIT).await.unwrap();
     assert_eq!(output.text, "the tool said journaled");
     assert_eq!((model.request_count(), runs.load(Ordering::SeqCst)), (2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_round_is_the_next_turn()
+ {
+    let server = restate_or_skip!();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = noetic_test_support::PacedModel::new();
+    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
+    let client = &deployed.client;
+    let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
+    let round = tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .expect("round 1 asked");
+    // Sent while round 1 streams: it waits in the inbox (a round is never cut under Restate).
+    let steered = client.steer("t1", "say hello too", "s-1").await.unwrap();
+    assert_eq!(steered, SteerOutcome::Queued);
+    round.send_all(
+        ScriptedResponse::tool_call("call_1", "echo", json!({"text": "journaled"})).into_events(),
+    );
+    drop(round);
+    let round = tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .expect("round 2 asked");
+    assert_eq!(
+        round.request.user_texts(),
+        ["echo it", "say hello too"],
+        "the steer joined before round 2"
+    );
+    // Sent during the last round: no steer point is left, so it becomes the thread's next turn.
+    let late = client.steer("t1", "and goodbye", "s-2").await.unwrap();
+    assert_eq!(late, SteerOutcome::Queued);
+    round.send_all(ScriptedResponse::text("hello; the tool said journaled").into_events());
+    drop(round);
+    let output = client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(output.text, "hello; the tool said journaled");
+    let round = tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .expect("the late steer's turn asked");
+    assert_eq!(round.request.user_texts().last().unwrap(), "and goodbye");
+    round.send_all(ScriptedResponse::text("goodbye").into_events());
+    drop(round);
+    // Its message id is its turn's idempotency key: executing it again finds that turn.
+    let late_turn = client.execute("t1", "and goodbye", "s-2").await.unwrap();
+    assert!(late_turn.duplicate);
+    assert_eq!(
+        client.output(&late_turn, WAIT).await.unwrap().text,
+        "goodbye"
+    );
+    assert_eq!(
+        texts(&client.history("t1").await.unwrap()),
+        [
+            "user: echo it",
+            "call echo",
+            "output \"journaled\"",
+            "user: say hello too",
+            "assistant: hello; the tool said journaled",
+            "user: and goodbye",
+            "assistant: goodbye"
+        ]
+    );
+
+    // With no turn running, a steer is a turn of its own.
+    let SteerOutcome::Started { invocation_id } = client.steer("t2", "hi", "s-3").await.unwrap()
+    else {
+        panic!("no turn of t2 runs")
+    };
+    let round = tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .expect("the idle steer's turn asked");
+    assert_eq!(round.request.user_texts(), ["hi"]);
+    round.send_all(ScriptedResponse::text("hello").into_events());
+    drop(round);
+    let idle = noetic_restate::TurnHandle {
+        thread: "t2".to_owned(),
+        invocation_id,
+        duplicate: false,
+    };
+    assert_eq!(client.output(&idle, WAIT).await.unwrap().text, "hello");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use noetic_core::engine::StepJournal;
 use noetic_core::{
-    AgentHarness, ApprovalDecision, ApprovalRequest, ContextOptions, Error, call_model,
+    AgentHarness, ApprovalDecision, ApprovalRequest, ContextOptions, DeliveryMode, Error, Item,
+    Steer, call_model,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -23,6 +24,8 @@ struct Recorded {
     entries: Mutex<Vec<(String, Value)>>,
     next: AtomicUsize,
     decide: Option<ApprovalDecision>,
+    /// Steers waiting for the turn, taken whole at the next steer point.
+    inbox: Mutex<Vec<(String, String)>>,
 }
 
 impl Recorded {
@@ -35,6 +38,7 @@ impl Recorded {
             entries: Mutex::new(entries),
             next: AtomicUsize::new(0),
             decide,
+            inbox: Mutex::new(Vec::new()),
         })
     }
 
@@ -94,6 +98,22 @@ impl StepJournal for Recorded {
             Ok(serde_json::from_value(value).unwrap())
         })
     }
+
+    fn steers(&self, name: String) -> BoxFuture<'_, noetic_core::Result<Vec<Steer>>> {
+        Box::pin(async move {
+            let taken = std::mem::take(&mut *self.inbox.lock().unwrap());
+            let value = self
+                .step(name, Box::pin(async move { Ok(serde_json::json!(taken)) }))
+                .await?;
+            let taken: Vec<(String, String)> = serde_json::from_value(value).unwrap();
+            Ok(taken
+                .into_iter()
+                .map(|(id, text)| {
+                    Steer::new(id, DeliveryMode::BetweenRounds, vec![Item::user_text(text)])
+                })
+                .collect())
+        })
+    }
 }
 
 fn harness(model: &noetic_test_support::ScriptedModel, counts: &Arc<Counts>) -> AgentHarness {
@@ -126,8 +146,10 @@ async fn a_journaled_run_records_every_round_and_call_and_a_replay_pays_and_runs
         [
             "round:gather:0",
             "tool:call_a",
+            "steers:gather:1",
             "round:gather:1",
             "tool:call_b",
+            "steers:gather:2",
             "round:gather:2",
             "round:answer:0"
         ]
@@ -163,7 +185,10 @@ async fn a_crash_mid_round_pays_that_round_once_more_and_nothing_recorded_before
         result = run(&crashed, &journal) => panic!("meant to be cut, ended: {result:?}"),
         _ = stalled.recv() => {}
     }
-    assert_eq!(journal.names(), ["round:gather:0", "tool:call_a"]);
+    assert_eq!(
+        journal.names(),
+        ["round:gather:0", "tool:call_a", "steers:gather:1"]
+    );
 
     let resumed_model = model(1, None, None);
     let resumed = Recorded::new(journal.entries());
@@ -181,7 +206,7 @@ async fn a_crash_mid_round_pays_that_round_once_more_and_nothing_recorded_before
         Some(&1),
         "the recorded call did not run again"
     );
-    assert_eq!(resumed.names().len(), 6);
+    assert_eq!(resumed.names().len(), 8);
 }
 
 #[tokio::test]
@@ -241,9 +266,11 @@ async fn a_gated_call_waits_for_the_journal_s_decision_and_a_replay_takes_the_re
             "round:gather:0",
             "approval:invocation-1:call_a",
             "tool:call_a",
+            "steers:gather:1",
             "round:gather:1",
             "approval:invocation-1:call_b",
             "tool:call_b",
+            "steers:gather:2",
             "round:gather:2"
         ]
     );
@@ -286,4 +313,80 @@ async fn a_gated_call_waits_for_the_journal_s_decision_and_a_replay_takes_the_re
         counts.call_runs().values().copied().collect::<Vec<_>>(),
         [1, 1]
     );
+}
+
+#[tokio::test]
+async fn steers_the_journal_hands_over_join_the_next_round_and_a_replay_applies_the_same() {
+    let counts = Arc::new(Counts::default());
+    let first_model = model(0, None, None);
+    let journal = Recorded::new(Vec::new());
+    journal
+        .inbox
+        .lock()
+        .unwrap()
+        .push(("steer-1".to_owned(), "also say hello".to_owned()));
+    let steered = harness(&first_model, &counts);
+    let events = noetic_test_support::EventLog::new();
+    let ctx = steered.create_context(
+        ContextOptions::new()
+            .step_journal(journal.clone() as Arc<_>)
+            .event_sink(events.sink()),
+    );
+    let graph = steered.agent_graph::<String, String>().unwrap();
+    steered.run(&graph, INPUT.to_owned(), &ctx).await.unwrap();
+    ctx.close().await;
+    assert_eq!(
+        journal.names(),
+        [
+            "round:gather:0",
+            "tool:call_a",
+            "steers:gather:1",
+            "round:gather:1",
+            "tool:call_b",
+            "steers:gather:2",
+            "round:gather:2",
+            "round:answer:0"
+        ],
+        "steers are taken before each request but a step's first"
+    );
+    let requests = first_model.requests();
+    let has_steer = |index: usize| {
+        requests[index]
+            .user_texts()
+            .iter()
+            .any(|text| text == "also say hello")
+    };
+    assert!(!has_steer(0));
+    assert!(has_steer(1), "the steer joined the second round");
+    let applied: Vec<String> = events
+        .framework()
+        .into_iter()
+        .filter_map(|event| match event {
+            noetic_core::FrameworkEvent::SteerApplied { message_ids, .. } => Some(message_ids),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(applied, ["steer-1"]);
+
+    // A replay takes the recorded steers, not the (now empty) inbox's.
+    let replay_model = model(0, None, None);
+    let replay = Recorded::new(journal.entries());
+    let replayed = harness_items(&harness(&replay_model, &counts), &replay).await;
+    assert!(
+        replayed
+            .iter()
+            .any(|item| item.text().as_deref() == Some("also say hello")),
+        "the replay applied the recorded steer: {replayed:?}"
+    );
+    assert_eq!(replay_model.request_count(), 0);
+}
+
+/// Runs the graph under `journal` and returns the context's items.
+async fn harness_items(harness: &AgentHarness, journal: &Arc<Recorded>) -> Vec<Item> {
+    let ctx = harness.create_context(ContextOptions::new().step_journal(journal.clone() as Arc<_>));
+    let graph = harness.agent_graph::<String, String>().unwrap();
+    harness.run(&graph, INPUT.to_owned(), &ctx).await.unwrap();
+    ctx.close().await;
+    ctx.items()
 }

@@ -262,6 +262,7 @@ impl RoundLoop<'_> {
         loop {
             self.ctx.check_aborted()?;
             self.offer_steers_before_round();
+            self.take_journaled_steers().await?;
             let response = match self.request().await? {
                 RoundOutcome::Finished(response) => response,
                 RoundOutcome::Steered { completed, applied } => {
@@ -332,6 +333,26 @@ impl RoundLoop<'_> {
             let applied = inbox.take(SteerPoint::BeforeRound, self.ctx);
             self.apply_steers(applied, SteerPoint::BeforeRound);
         }
+    }
+
+    /// Under a step journal, takes the engine's steers before every request of the step but its
+    /// first, and applies them as `before_round` steers.
+    async fn take_journaled_steers(&mut self) -> Result<()> {
+        let Some(journal) = self.ctx.step_journal() else {
+            return Ok(());
+        };
+        if self.state.round == 0 {
+            return Ok(());
+        }
+        let name = format!("steers:{}:{}", self.step_id, self.state.round);
+        let steers = journal.steers(name).await?;
+        let mut applied = Applied::default();
+        for steer in steers {
+            applied.message_ids.push(steer.message_id);
+            applied.items.extend(steer.items);
+        }
+        self.apply_steers(applied, SteerPoint::BeforeRound);
+        Ok(())
     }
 
     /// Sends the next request (with `continue` when it is a recovery round) and consumes its stream.
