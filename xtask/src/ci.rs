@@ -58,6 +58,26 @@ pub(crate) fn run(root: &Path) -> Result {
         cargo(root, &["test", "--workspace"]),
     )?;
 
+    // The Restate suites again with every server in "always replay" mode: each invocation suspends
+    // at every await and replays its journal, so a turn that is not deterministic fails here.
+    let mut replay = cargo(
+        root,
+        &[
+            "test",
+            "-p",
+            "noetic-restate",
+            "-p",
+            "noetic-examples",
+            "--test",
+            "restate",
+        ],
+    );
+    replay.env("NOETIC_RESTATE_ALWAYS_REPLAY", "1");
+    run_step(
+        "NOETIC_RESTATE_ALWAYS_REPLAY=1 cargo test -p noetic-restate -p noetic-examples --test restate",
+        replay,
+    )?;
+
     run_step(
         "cargo test -p noetic-otel --features grpc --test grpc",
         cargo(

@@ -723,6 +723,21 @@ impl Error {
     pub fn cancelled(reason: Option<String>) -> Self {
         Error::Cancelled { reason }
     }
+
+    /// An error read back from a record of it (an engine's journal holding a step's failure): its
+    /// code is `code`, its text `message`; a `CANCELLED` one is [`Error::Cancelled`] again (with
+    /// `message` as its reason, when not empty), so a replay of a cancelled step ends the way the
+    /// first run did.
+    pub fn recorded(code: &str, message: impl Into<String>) -> Error {
+        let message = message.into();
+        if code == "CANCELLED" {
+            return Error::cancelled((!message.is_empty()).then_some(message));
+        }
+        Error::Adapter {
+            code: static_code(code),
+            source: message.into(),
+        }
+    }
 }
 
 #[cfg(test)]

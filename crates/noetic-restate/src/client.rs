@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::error::error;
-use crate::inbox::{SteerInput, SteerOutcome};
+use crate::inbox::{SteerInput, SteerOutcome, ThreadStatus};
 use crate::thread::{AbortInput, TurnInput, TurnOutput};
 
 /// How long a request to the server may take, except [`RestateClient::output`]'s wait.
@@ -110,6 +110,16 @@ impl RestateClient {
             .header("idempotency-key", message_id)
             .json(&body);
         self.call(request, &url).await
+    }
+
+    /// What `thread` is doing: the turn running now, the steers and the gated calls waiting for
+    /// it, and how its last turn ended. Answers while a turn runs.
+    ///
+    /// # Errors
+    /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
+    pub async fn status(&self, thread: &str) -> Result<ThreadStatus> {
+        let url = format!("{}/NoeticInbox/{}/status", self.ingress, segment(thread));
+        self.call(self.http.post(&url), &url).await
     }
 
     /// Waits (at most `timeout`) for the turn's outcome.

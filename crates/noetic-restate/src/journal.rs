@@ -94,6 +94,10 @@ impl StepJournal for Bridge {
                     let result = step.await;
                     let recorded = match &result {
                         Ok(value) => Recorded::Ok(value.clone()),
+                        Err(Error::Cancelled { reason }) => Recorded::Failed {
+                            code: "CANCELLED".to_owned(),
+                            message: reason.clone().unwrap_or_default(),
+                        },
                         Err(error) => Recorded::Failed {
                             code: error.code().to_owned(),
                             message: error.to_string(),
@@ -108,10 +112,10 @@ impl StepJournal for Bridge {
                 // Run here and journaled: the step's own result (the journal holds the same).
                 (Some(result), Ok(Ok(_))) => result,
                 (None, Ok(Ok(Recorded::Ok(value)))) => Ok(value),
-                (None, Ok(Ok(Recorded::Failed { code, message }))) => Err(Error::EngineJournal {
-                    step: name,
-                    message: format!("the step failed when it first ran ({code}): {message}"),
-                }),
+                // Failed when it first ran: the same failure, so the replay takes the same path.
+                (None, Ok(Ok(Recorded::Failed { code, message }))) => {
+                    Err(Error::recorded(&code, message))
+                }
                 (_, Ok(Err(error))) => Err(error),
                 (_, Err(_)) => Err(gone(&name)),
             }

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 
 pub use client::{RestateClient, TurnHandle};
 pub use error::CODES;
-pub use inbox::{SteerInput, SteerOutcome};
+pub use inbox::{LastTurn, SteerInput, SteerOutcome, ThreadStatus};
 pub use thread::{AbortInput, DecideInput, TurnInput, TurnOutput};
 
 /// How long one attempt of a turn may go without journal progress before Restate aborts it, by

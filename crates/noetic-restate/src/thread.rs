@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::inbox::{NoeticInboxClient, SteerInput};
+use crate::inbox::{LastTurn, NoeticInboxClient, SteerInput};
 use crate::journal::{Bridge, Call, DecisionCall, StepCall};
 
 /// The state key of the thread's history.
@@ -87,9 +87,9 @@ impl Drop for TurnTask {
 }
 
 /// A failed turn as the invocation's terminal error: `CODE: message`, status 409 when cancelled.
-fn terminal(error: &Error) -> HandlerError {
+fn terminal(error: &Error) -> TerminalError {
     let status = if error.is_cancelled() { 409 } else { 500 };
-    TerminalError::new_with_code(status, format!("{}: {error}", error.code())).into()
+    TerminalError::new_with_code(status, format!("{}: {error}", error.code()))
 }
 
 #[restate_sdk::object(name = "NoeticThread")]
@@ -104,14 +104,23 @@ impl NoeticThread {
     ) -> HandlerResult<Json<TurnOutput>> {
         // Steers from now on wait in the inbox for this turn's steer points; the ones it does not
         // take become turns of their own when it ends, however it ends.
+        let invocation_id = ctx.invocation_id().to_owned();
         ctx.object_client::<NoeticInboxClient>(ctx.key())
-            .begin()
+            .begin(Json(invocation_id.clone()))
             .call()
             .await?;
         let outcome = self.run_turn(&ctx, input).await;
+        let last = LastTurn {
+            invocation_id,
+            text: outcome.as_ref().ok().map(|output| output.text.clone()),
+            error: outcome
+                .as_ref()
+                .err()
+                .map(|error| error.message().to_owned()),
+        };
         let finished = ctx
             .object_client::<NoeticInboxClient>(ctx.key())
-            .finish()
+            .finish(Json(last))
             .call()
             .await;
         let output = outcome?;
@@ -178,7 +187,7 @@ impl NoeticThread {
         &self,
         ctx: &ObjectContext<'_>,
         input: TurnInput,
-    ) -> HandlerResult<TurnOutput> {
+    ) -> Result<TurnOutput, TerminalError> {
         let history: Vec<Item> = ctx
             .get::<Json<Vec<Item>>>(HISTORY)
             .await?
@@ -235,7 +244,9 @@ impl NoeticThread {
             Ok(Ok(output)) => output,
             Ok(Err(error)) => return Err(terminal(&error)),
             Err(join) => {
-                return Err(TerminalError::new(format!("the turn's task failed: {join}")).into());
+                return Err(TerminalError::new(format!(
+                    "the turn's task failed: {join}"
+                )));
             }
         };
         // The turn's new items, journaled (their ids are made afresh on a replay), then stored.
@@ -316,9 +327,25 @@ async fn take_steers(
 /// once it comes (a replay gets it at once).
 async fn wait_decision(ctx: &ObjectContext<'_>, call: DecisionCall) {
     let DecisionCall { request, reply } = call;
-    let decided = ctx
-        .signal::<Json<noetic_core::ApprovalDecision>>(&format!("approval/{}", request.approval_id))
-        .await;
+    let inbox = || ctx.object_client::<NoeticInboxClient>(ctx.key());
+    // Listed while it waits (`status`); journaled calls, so a replay lists it once.
+    let listed = inbox().awaiting(Json(request.clone())).call().await;
+    let decided = match listed {
+        Ok(()) => {
+            ctx.signal::<Json<noetic_core::ApprovalDecision>>(&format!(
+                "approval/{}",
+                request.approval_id
+            ))
+            .await
+        }
+        Err(error) => Err(error),
+    };
+    if decided.is_ok() {
+        let _ = inbox()
+            .settled(Json(request.approval_id.clone()))
+            .call()
+            .await;
+    }
     let _ = reply.send(match decided {
         Ok(Json(decision)) => Ok(decision),
         Err(error) if error.code() == 409 => Err(Error::cancelled(Some(

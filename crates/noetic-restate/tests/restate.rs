@@ -303,6 +303,14 @@ async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
         client.history("t1").await.unwrap().is_empty(),
         "an aborted turn records nothing in this version"
     );
+    let status = client.status("t1").await.unwrap();
+    assert_eq!((status.running, status.turns), (None, 1));
+    let last = status.last.unwrap();
+    assert_eq!(last.invocation_id, turn.invocation_id);
+    assert!(
+        last.error.as_deref().unwrap().starts_with("CANCELLED"),
+        "{last:?}"
+    );
     // The thread goes on: its next turn runs.
     let next = client.execute("t1", "again", "m-2").await.unwrap();
     let round = tokio::time::timeout(WAIT, model.next_call())
@@ -382,10 +390,58 @@ async fn the_approval_requested_event_names_the_id_to_decide_while_the_turn_wait
         .unwrap();
     assert_eq!(approval_id, format!("{}:call_1", turn.invocation_id));
     assert_eq!(runs.load(Ordering::SeqCst), 0, "not before the decision");
+    // The status lists the call once the turn waits (right after the event).
+    let waiting = status_until(client, "t1", |status| !status.pending_approvals.is_empty()).await;
+    assert_eq!(
+        waiting.running.as_deref(),
+        Some(turn.invocation_id.as_str())
+    );
+    let pending = &waiting.pending_approvals;
+    assert_eq!(
+        (
+            pending.len(),
+            pending[0].approval_id.as_str(),
+            pending[0].tool.as_str()
+        ),
+        (1, approval_id.as_str(), "echo")
+    );
+    assert_eq!(pending[0].arguments, json!({"text": "journaled"}));
     client.approve("t1", &approval_id).await.unwrap();
     let output = client.output(&turn, WAIT).await.unwrap();
     assert_eq!(output.text, "the tool said journaled");
     assert_eq!((model.request_count(), runs.load(Ordering::SeqCst)), (2, 1));
+    let done = client.status("t1").await.unwrap();
+    assert_eq!(done.running, None);
+    assert!(done.pending_approvals.is_empty());
+    assert_eq!(done.turns, 1);
+    assert_eq!(
+        done.last,
+        Some(noetic_restate::LastTurn {
+            invocation_id: turn.invocation_id.clone(),
+            text: Some("the tool said journaled".to_owned()),
+            error: None,
+        })
+    );
+}
+
+/// The thread's status once `until` holds of it (within `WAIT`): for what the turn records on its
+/// own time, with no event to wait for.
+async fn status_until(
+    client: &RestateClient,
+    thread: &str,
+    until: impl Fn(&noetic_restate::ThreadStatus) -> bool,
+) -> noetic_restate::ThreadStatus {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let status = client.status(thread).await.unwrap();
+            if until(&status) {
+                return status;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the status came to hold")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,6 +459,10 @@ async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_ro
     // Sent while round 1 streams: it waits in the inbox (a round is never cut under Restate).
     let steered = client.steer("t1", "say hello too", "s-1").await.unwrap();
     assert_eq!(steered, SteerOutcome::Queued);
+    let status = client.status("t1").await.unwrap();
+    assert_eq!(status.running.as_deref(), Some(turn.invocation_id.as_str()));
+    assert_eq!(status.queued_steers.len(), 1);
+    assert_eq!(status.queued_steers[0].message_id, "s-1");
     round.send_all(
         ScriptedResponse::tool_call("call_1", "echo", json!({"text": "journaled"})).into_events(),
     );

@@ -47,9 +47,13 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct RestateOptions {
     /// "Always replay": `worker.invoker.inactivity-timeout = 0s`, so an invocation suspends at
     /// every await and replays its journal on resumption — a cheap check that a handler is
-    /// deterministic.
+    /// deterministic. Also set for every server a process starts when
+    /// [`ALWAYS_REPLAY_ENV`] is `1` (CI runs the Restate suites a second time so).
     pub always_replay: bool,
 }
+
+/// Set to `1`, every server runs in "always replay" mode ([`RestateOptions::always_replay`]).
+pub const ALWAYS_REPLAY_ENV: &str = "NOETIC_RESTATE_ALWAYS_REPLAY";
 
 /// A running Restate server (see the module docs).
 #[derive(Debug)]
@@ -111,7 +115,8 @@ impl RestateServer {
     ///
     /// # Errors
     /// As [`RestateServer::start`].
-    pub fn start_with(options: RestateOptions) -> Result<Self, String> {
+    pub fn start_with(mut options: RestateOptions) -> Result<Self, String> {
+        options.always_replay |= std::env::var(ALWAYS_REPLAY_ENV).is_ok_and(|value| value == "1");
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let binary = Self::binary()?;
         let dir = std::env::temp_dir().join(format!(

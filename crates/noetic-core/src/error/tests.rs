@@ -76,3 +76,15 @@ fn every_code_arm_is_in_the_table() {
         "every CODES entry has a variant"
     );
 }
+
+#[test]
+fn a_recorded_error_reads_back_with_its_code_and_a_cancel_as_a_cancel() {
+    let cancelled = Error::recorded("CANCELLED", "aborted");
+    assert!(cancelled.is_cancelled());
+    assert_eq!(cancelled.to_string(), "cancelled: aborted");
+    assert_eq!(Error::recorded("CANCELLED", "").to_string(), "cancelled");
+    let refused = Error::recorded("PROVIDER_ERROR", "the provider refused");
+    assert_eq!(refused.code(), "PROVIDER_ERROR");
+    assert!(!refused.is_cancelled());
+    assert!(refused.to_string().contains("the provider refused"));
+}
