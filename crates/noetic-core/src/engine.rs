@@ -22,6 +22,10 @@
 //! of a `call_model` step but its first (`steers:{step_id}:{n}`): the engine takes them from where
 //! it queues them and records what it took, so a replay applies the same steers at the same place.
 //!
+//! An engine's turns keep the thread's record in a [`crate::adapter::durable::DurableStore`] with a
+//! [`ThreadRecorder`]: history, last turn and event log in the format of durable sessions, each
+//! write idempotent, so a harness on the same store reads the thread and streams its events.
+//!
 //! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
 //! next steer point between rounds, as a recorded round must be whole); a replayed round emits no
 //! deltas (its `model_call_started` / `model_call_completed` still come). Without a journal nothing
@@ -35,6 +39,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::{ApprovalDecision, ApprovalRequest, Error, Result, Steer};
+
+pub use crate::session::{EngineTurn, ThreadRecorder};
 
 /// Runs a turn's steps durably (see the module docs). Implemented by an engine adapter; noetic calls
 /// it, in the tree's order, from the task that runs the tree.

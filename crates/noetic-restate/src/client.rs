@@ -71,6 +71,7 @@ impl RestateClient {
         );
         let body = serde_json::to_value(TurnInput {
             text: text.to_owned(),
+            message_id: Some(message_id.to_owned()),
         })
         .unwrap_or(Value::Null);
         let request = self

@@ -79,7 +79,10 @@ pub(crate) struct NoeticInbox;
 /// Sends `steer` as a turn of the thread `key`, idempotent by its message id.
 fn send_turn(ctx: &ObjectContext<'_>, steer: SteerInput) -> restate_sdk::context::SendHandle {
     ctx.object_client::<NoeticThreadClient>(ctx.key())
-        .turn(Json(TurnInput { text: steer.text }))
+        .turn(Json(TurnInput {
+            text: steer.text,
+            message_id: Some(steer.message_id.clone()),
+        }))
         .idempotency_key(steer.message_id)
         .send()
 }

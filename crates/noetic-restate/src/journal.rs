@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::inbox::SteerInput;
+use crate::record::EventWriter;
 
 /// A step's result as the journal keeps it: a failure is recorded too, so a replay takes the same
 /// path the first run took.
@@ -41,6 +42,8 @@ pub(crate) enum Call {
     Decision(DecisionCall),
     /// Take the steers waiting in the thread's inbox (a journaled call to `NoeticInbox/take`).
     Steers(oneshot::Sender<Result<Vec<SteerInput>>>),
+    /// End the attempt: the turn's events could not be written (Restate retries it).
+    Fail(Error),
 }
 
 /// A gated call's wait: the handler awaits the invocation's signal `approval/{approval_id}`.
@@ -62,6 +65,22 @@ pub(crate) struct StepCall {
 /// The turn's side: a [`StepJournal`] that hands every step to the invocation's handler.
 pub(crate) struct Bridge {
     pub(crate) calls: mpsc::UnboundedSender<Call>,
+    /// With a store: writes the events of each step once it is journaled, before the turn goes on.
+    pub(crate) events: Option<EventWriter>,
+}
+
+impl Bridge {
+    /// Writes the events gathered up to the end of the journaled step `name`. When that fails,
+    /// asks the handler to end the attempt and waits for it to (the turn never goes on unwritten).
+    async fn written(&self, name: &str) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        if let Err(error) = events.write(name).await {
+            let _ = self.calls.send(Call::Fail(error));
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 fn gone(step: &str) -> Error {
@@ -108,7 +127,11 @@ impl StepJournal for Bridge {
                 }
                 Err(_) => None,
             };
-            match (ran, reply_rx.await) {
+            let reply = reply_rx.await;
+            if matches!(reply, Ok(Ok(_))) {
+                self.written(&name).await;
+            }
+            match (ran, reply) {
                 // Run here and journaled: the step's own result (the journal holds the same).
                 (Some(result), Ok(Ok(_))) => result,
                 (None, Ok(Ok(Recorded::Ok(value)))) => Ok(value),
@@ -139,7 +162,9 @@ impl StepJournal for Bridge {
                     reply,
                 }))
                 .map_err(|_| gone(&name))?;
-            decided.await.map_err(|_| gone(&name))?
+            let decision = decided.await.map_err(|_| gone(&name))??;
+            self.written(&name).await;
+            Ok(decision)
         })
     }
 
@@ -150,6 +175,7 @@ impl StepJournal for Bridge {
                 .send(Call::Steers(reply))
                 .map_err(|_| gone(&name))?;
             let taken = taken.await.map_err(|_| gone(&name))??;
+            self.written(&name).await;
             Ok(taken
                 .into_iter()
                 .map(|steer| {

@@ -20,12 +20,15 @@ mod client;
 mod error;
 mod inbox;
 mod journal;
+mod record;
 mod thread;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use noetic_core::adapter::durable::DurableStore;
+use noetic_core::engine::ThreadRecorder;
 use noetic_core::{AgentHarness, EventSink};
 use restate_sdk::prelude::{Endpoint, HttpServer};
 use tokio::net::TcpListener;
@@ -44,6 +47,7 @@ pub struct RestateHost {
     harness: AgentHarness,
     round_timeout: Duration,
     event_sink: Option<Arc<dyn EventSink>>,
+    recorder: Option<ThreadRecorder>,
 }
 
 impl RestateHost {
@@ -53,6 +57,7 @@ impl RestateHost {
             harness,
             round_timeout: DEFAULT_ROUND_TIMEOUT,
             event_sink: None,
+            recorder: None,
         }
     }
 
@@ -73,6 +78,19 @@ impl RestateHost {
         self
     }
 
+    /// Keeps the threads' record in `store` (SQLite or PostgreSQL, as a harness's durable store):
+    /// each turn starts from the history there and records its end there, and the events of each
+    /// journaled step go to the thread's event log once the step is journaled — all in the format
+    /// of durable sessions, each write idempotent. So a harness on the same store (with
+    /// `shared_threads` and an event log, as `noetic serve` runs) reads the threads' history and
+    /// last turns and streams their events to its subscribers. Without it, the history is the
+    /// object's Restate state and events reach only [`RestateHost::event_sink`].
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn DurableStore>) -> Self {
+        self.recorder = Some(ThreadRecorder::new(store));
+        self
+    }
+
     /// The Restate endpoint: mount it in a server of your own, or use [`RestateHost::serve`].
     pub fn endpoint(self) -> Endpoint {
         use restate_sdk::prelude::IntoServiceDefinition as _;
@@ -80,6 +98,7 @@ impl RestateHost {
         let object = thread::NoeticThread {
             harness: self.harness,
             event_sink: self.event_sink,
+            recorder: self.recorder,
             running: Arc::default(),
         };
         Endpoint::builder()

@@ -13,17 +13,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use noetic_core::engine::{EngineTurn, ThreadRecorder};
+use noetic_core::{EventSink, FrameworkEvent};
+
 use crate::inbox::{LastTurn, NoeticInboxClient, SteerInput};
 use crate::journal::{Bridge, Call, DecisionCall, StepCall};
-
-/// The state key of the thread's history.
-const HISTORY: &str = "history";
+use crate::record::{EventBuffer, EventWriter, Records, Tee, read_history};
 
 /// What `turn` takes: the user's message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TurnInput {
     /// The message's text.
     pub text: String,
+    /// The message's id (the `execute` idempotency key), named by the turn's `turn_started`
+    /// event and recorded with the message in a store; the invocation's id when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }
 
 /// What `turn` answers: the graph's output and what the turn spent.
@@ -52,6 +57,8 @@ pub struct DecideInput {
 pub(crate) struct NoeticThread {
     pub(crate) harness: AgentHarness,
     pub(crate) event_sink: Option<Arc<dyn noetic_core::EventSink>>,
+    /// The store that is the thread's record, when there is one (see `record.rs`).
+    pub(crate) recorder: Option<ThreadRecorder>,
     /// The turns running in this process, by invocation id: `abort` cuts one at once when it is
     /// here.
     pub(crate) running: Running,
@@ -109,7 +116,20 @@ impl NoeticThread {
             .begin(Json(invocation_id.clone()))
             .call()
             .await?;
-        let outcome = self.run_turn(&ctx, input).await;
+        let records = Records {
+            recorder: self.recorder.as_ref(),
+            thread_id: ctx.key().to_owned(),
+            turn_id: invocation_id.clone(),
+            events: self.recorder.as_ref().map(|recorder| EventWriter {
+                recorder: recorder.clone(),
+                thread_id: ctx.key().to_owned(),
+                turn_id: invocation_id.clone(),
+                buffer: EventBuffer::default(),
+            }),
+        };
+        // Outer error: the attempt failed (a store write, say) and Restate retries it; inner: the
+        // turn's own outcome.
+        let outcome = self.run_turn(&ctx, &records, input).await?;
         let last = LastTurn {
             invocation_id,
             text: outcome.as_ref().ok().map(|output| output.text.clone()),
@@ -173,47 +193,59 @@ impl NoeticThread {
     /// The thread's history (shared: answers while a turn runs, with the history before it).
     #[handler]
     async fn history(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<Vec<Item>>> {
-        Ok(ctx
-            .get::<Json<Vec<Item>>>(HISTORY)
-            .await?
-            .unwrap_or_else(|| Json(Vec::new())))
+        Ok(Json(read_history(self.recorder.as_ref(), &ctx).await?))
     }
 }
 
 impl NoeticThread {
     /// The turn itself: `input` appended to the history, the agent graph run with each model round
-    /// and tool call a journaled step, the turn's new items recorded.
+    /// and tool call a journaled step, the turn's new items recorded. The outer error ends the
+    /// attempt (Restate retries it); the inner result is the turn's outcome.
     async fn run_turn(
         &self,
         ctx: &ObjectContext<'_>,
+        records: &Records<'_>,
         input: TurnInput,
-    ) -> Result<TurnOutput, TerminalError> {
-        let history: Vec<Item> = ctx
-            .get::<Json<Vec<Item>>>(HISTORY)
-            .await?
-            .map(Json::into_inner)
-            .unwrap_or_default();
+    ) -> HandlerResult<Result<TurnOutput, TerminalError>> {
+        let history = records.history(ctx).await?;
         let start = history.len();
+        let started = std::time::Instant::now();
         let (calls, mut steps) = mpsc::unbounded_channel();
         // The root takes the invocation's id: tool idempotency keys and approval ids are the same
         // on every attempt.
         let mut options = ContextOptions::new()
             .id(ctx.invocation_id())
             .thread_id(ctx.key())
-            .items(history)
-            .step_journal(Arc::new(Bridge { calls }));
-        if let Some(sink) = &self.event_sink {
-            options = options.event_sink(sink.clone());
+            .items(history.clone())
+            .step_journal(Arc::new(Bridge {
+                calls,
+                events: records.events.clone(),
+            }));
+        let mut sinks: Vec<Arc<dyn EventSink>> = self.event_sink.iter().cloned().collect();
+        if let Some(events) = &records.events {
+            sinks.push(Arc::new(events.buffer.clone()));
+        }
+        if !sinks.is_empty() {
+            options = options.event_sink(Arc::new(Tee(sinks)));
         }
         let turn_ctx = self.harness.create_context(options);
-        let graph = self
-            .harness
-            .agent_graph::<Value, Value>()
-            .map_err(|error| terminal(&error))?;
-        lock(&self.running).insert(ctx.invocation_id().to_owned(), turn_ctx.clone());
+        let graph = match self.harness.agent_graph::<Value, Value>() {
+            Ok(graph) => graph,
+            Err(error) => return Ok(Err(terminal(&error))),
+        };
+        let message_id = input
+            .message_id
+            .clone()
+            .unwrap_or_else(|| records.turn_id.clone());
+        turn_ctx.emit(FrameworkEvent::TurnStarted {
+            turn_id: records.turn_id.clone(),
+            message_ids: vec![message_id.clone()],
+        });
+        lock(&self.running).insert(records.turn_id.clone(), turn_ctx.clone());
+        let message = vec![Item::user_text(input.text.clone())];
         let mut turn = TurnTask {
             running: self.running.clone(),
-            invocation_id: ctx.invocation_id().to_owned(),
+            invocation_id: records.turn_id.clone(),
             ctx: turn_ctx.clone(),
             task: tokio::spawn({
                 let (harness, turn_ctx) = (self.harness.clone(), turn_ctx.clone());
@@ -234,41 +266,78 @@ impl NoeticThread {
                         Some(Call::Step(call)) => journal_step(ctx, call).await,
                         Some(Call::Decision(call)) => wait_decision(ctx, call).await,
                         Some(Call::Steers(reply)) => take_steers(ctx, reply).await,
+                        // The turn's events could not be written: this attempt ends, Restate
+                        // retries it (its writes are idempotent).
+                        Some(Call::Fail(error)) => return Err(HandlerError::from(error)),
                         None => {}
                     }
                 }
                 ended = &mut turn.task => break ended,
             }
         };
-        let output = match result {
+        let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (output, spend) = (result, turn.ctx.spend());
+        let output = match output {
             Ok(Ok(output)) => output,
-            Ok(Err(error)) => return Err(terminal(&error)),
-            Err(join) => {
-                return Err(TerminalError::new(format!(
-                    "the turn's task failed: {join}"
-                )));
+            failed => {
+                let error = match failed {
+                    Ok(Err(error)) => error,
+                    Err(join) => Error::Adapter {
+                        code: "RESTATE_TURN_FAILED",
+                        source: format!("the turn's task failed: {join}").into(),
+                    },
+                    Ok(Ok(_)) => unreachable!("matched above"),
+                };
+                turn.ctx.emit(FrameworkEvent::TurnAborted {
+                    turn_id: records.turn_id.clone(),
+                    reason: error.to_string(),
+                    error_kind: error.code(),
+                });
+                // With a store, the message is settled and the failure is the thread's last turn;
+                // the object's history is left as it was.
+                if records.recorder.is_some() {
+                    let ended = EngineTurn {
+                        turn_id: records.turn_id.clone(),
+                        message_id,
+                        message,
+                        items: Vec::new(),
+                        outcome: Err((error.code().to_owned(), error.to_string())),
+                        spend,
+                    };
+                    records.record(ctx, history, &ended).await?;
+                }
+                return Ok(Err(terminal(&error)));
             }
         };
-        // The turn's new items, journaled (their ids are made afresh on a replay), then stored.
+        // The turn's new items, journaled (their ids are made afresh on a replay), then recorded.
         let new_items = turn.ctx.items_since(start);
         let Json(new_items) = ctx
             .run(|| async move { Ok(Json(new_items)) })
             .name("record-turn")
             .await?;
-        let mut history = turn.ctx.items();
-        history.truncate(start);
-        history.extend(new_items);
-        ctx.set(HISTORY, Json(history));
+        turn.ctx.emit(FrameworkEvent::TurnCompleted {
+            turn_id: records.turn_id.clone(),
+            duration_ms: elapsed,
+        });
+        let ended = EngineTurn {
+            turn_id: records.turn_id.clone(),
+            message_id,
+            message,
+            items: new_items,
+            outcome: Ok(output.clone()),
+            spend,
+        };
+        records.record(ctx, history, &ended).await?;
         let text = match &output {
             Value::String(text) => text.clone(),
             Value::Null => String::new(),
             other => other.to_string(),
         };
-        Ok(TurnOutput {
+        Ok(Ok(TurnOutput {
             output,
             text,
             usage: turn.ctx.tokens(),
-        })
+        }))
     }
 }
 

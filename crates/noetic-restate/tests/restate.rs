@@ -530,3 +530,144 @@ async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_ro
     assert_eq!(client.output(&idle, WAIT).await.unwrap().text, "hello");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// The framework events' types of `events` (`turn_started`, …), with `text` for each text delta.
+fn event_types(events: &[noetic_core::StreamEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            noetic_core::StreamEvent::Framework(event) => Some(
+                serde_json::to_value(event).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            ),
+            noetic_core::StreamEvent::Sdk(noetic_core::ResponseEvent::OutputTextDelta {
+                ..
+            }) => Some("text".to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads `events` until a turn ends (`turn_completed` or `turn_aborted`), within `WAIT`.
+async fn one_turn(
+    events: &mut futures_util::stream::BoxStream<'static, noetic_core::SequencedEvent>,
+) -> Vec<noetic_core::StreamEvent> {
+    use futures_util::StreamExt as _;
+    let mut seen = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while let Some(event) = events.next().await {
+            let event = (*event.event).clone();
+            let ended = matches!(
+                &event,
+                noetic_core::StreamEvent::Framework(
+                    noetic_core::FrameworkEvent::TurnCompleted { .. }
+                        | noetic_core::FrameworkEvent::TurnAborted { .. }
+                )
+            );
+            seen.push(event);
+            if ended {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the turn's events are in the store's event log");
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_store_the_thread_s_history_last_turn_and_events_are_there_for_a_harness_on_it() {
+    use noetic_core::adapter::durable::DurableStore as _;
+    let server = restate_or_skip!();
+    let dir = tempfile::tempdir().unwrap();
+    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
+        .await
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = react_model(None, None);
+    let host = RestateHost::new(harness(&model, &runs)).store(Arc::new(store.clone()));
+    let deployed = deploy_host(server, host).await;
+    let client = &deployed.client;
+    // A harness on the same store, as `noetic serve` runs: it reads the threads and follows their
+    // event logs, and runs no turn of its own.
+    let reader = AgentHarness::builder("reader")
+        .provider("scripted", ScriptedModel::new())
+        .agent_graph(call_model("chat").model("scripted-model"))
+        .durable(store.clone())
+        .shared_threads()
+        .build()
+        .unwrap();
+
+    let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
+    let output = client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(output.text, "the tool said journaled");
+    let stored = reader.stored_thread("t1").await.unwrap().unwrap();
+    let expected = [
+        "user: echo it",
+        "call echo",
+        "output \"journaled\"",
+        "assistant: the tool said journaled",
+    ];
+    assert_eq!(texts(&stored.history), expected);
+    assert_eq!(stored.last_output, Some(json!("the tool said journaled")));
+    assert_eq!((stored.accepted, stored.pending), (1, 0));
+    assert_eq!(texts(&client.history("t1").await.unwrap()), expected);
+
+    // The next turn starts from the store's history; its events are read back from the log by
+    // the harness on the store (after the last one before it: the log's numbers are its own).
+    let before = store.next_seq("thread/t1/events").await.unwrap();
+    let again = client.execute("t1", "again", "m-2").await.unwrap();
+    client.output(&again, WAIT).await.unwrap();
+    assert_eq!(
+        model.requests().last().unwrap().user_texts(),
+        ["echo it", "again"]
+    );
+    let mut events = reader.sequenced_events(
+        noetic_core::Scope::thread("t1"),
+        noetic_core::Replay::After(before - 1),
+    );
+    let seen = one_turn(&mut events).await;
+    let types = event_types(&seen);
+    assert_eq!(
+        types.first().map(String::as_str),
+        Some("turn_started"),
+        "{types:?}"
+    );
+    assert_eq!(types.last().map(String::as_str), Some("turn_completed"));
+    let count = |kind: &str| types.iter().filter(|seen| *seen == kind).count();
+    // Once each, however often Restate replayed the turn (CI runs this in "always replay" too).
+    assert_eq!(
+        (
+            count("turn_started"),
+            count("model_call_started"),
+            count("model_call_completed"),
+            count("turn_completed")
+        ),
+        (1, 1, 1, 1),
+        "{types:?}"
+    );
+    // A round's deltas are written by the attempt that ran it, once its result is journaled; in
+    // "always replay" mode that attempt always ends first (the replay has none to write).
+    let always_replay = std::env::var(noetic_test_support::restate::ALWAYS_REPLAY_ENV)
+        .is_ok_and(|value| value == "1");
+    if !always_replay {
+        assert!(count("text") > 0, "the round's text deltas: {types:?}");
+    }
+    let noetic_core::StreamEvent::Framework(noetic_core::FrameworkEvent::TurnStarted {
+        turn_id,
+        message_ids,
+    }) = &seen[0]
+    else {
+        unreachable!("checked above")
+    };
+    assert_eq!(turn_id, &again.invocation_id);
+    assert_eq!(message_ids, &["m-2".to_owned()]);
+    let stored = reader.stored_thread("t1").await.unwrap().unwrap();
+    assert_eq!((stored.history.len(), stored.accepted), (6, 2));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

@@ -9,6 +9,7 @@
 //! | `thread/T/h/G/items` | log | the history, generation `G` (a new generation when a turn rewrote it) |
 //! | `thread/T/record` | record | [`ThreadRecord`]: which messages are settled or queued, the turn in flight, spend |
 //! | `thread/T` | lease | one writer per thread, fenced by its epoch |
+//! | `thread/T/engine-events` | record | only for an engine's turns (`engine_record.rs`): the steps whose events were written |
 //!
 //! A turn is a durable execution whose context starts with the thread's history (its header's
 //! `base` names the history log), so its checkpoints write only the turn's own items. When the turn
@@ -34,17 +35,17 @@ use crate::usage::Spend;
 use crate::{Error, Result};
 
 /// The schema version of thread records and message rows.
-const THREAD_SCHEMA_VERSION: u32 = 1;
+pub(super) const THREAD_SCHEMA_VERSION: u32 = 1;
 
-fn record_key(thread_id: &str) -> String {
+pub(super) fn record_key(thread_id: &str) -> String {
     format!("thread/{thread_id}/record")
 }
 
-fn messages_log(thread_id: &str) -> String {
+pub(super) fn messages_log(thread_id: &str) -> String {
     format!("thread/{thread_id}/messages")
 }
 
-fn history_log(thread_id: &str, generation: u64) -> String {
+pub(super) fn history_log(thread_id: &str, generation: u64) -> String {
     format!("thread/{thread_id}/h/{generation}/items")
 }
 
@@ -57,36 +58,36 @@ fn lease_name(thread_id: &str) -> String {
 }
 
 /// What names a thread in a checkpoint error (its records live under this prefix).
-fn subject(thread_id: &str) -> String {
+pub(super) fn subject(thread_id: &str) -> String {
     format!("thread/{thread_id}")
 }
 
 /// A thread's record (`thread/T/record`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ThreadRecord {
-    schema_version: u32,
-    thread_id: String,
-    history_generation: u64,
-    history_count: u64,
+    pub(super) schema_version: u32,
+    pub(super) thread_id: String,
+    pub(super) history_generation: u64,
+    pub(super) history_count: u64,
     /// Every message below this sequence number is settled, except those in `queued` and in
     /// `turn.messages`.
-    settled_through: u64,
+    pub(super) settled_through: u64,
     /// Messages still waiting for a turn, in queue order.
     #[serde(default)]
-    queued: Vec<u64>,
+    pub(super) queued: Vec<u64>,
     /// The turn in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    turn: Option<TurnRecord>,
+    pub(super) turn: Option<TurnRecord>,
     /// Every turn's spend so far.
     #[serde(default)]
-    spend: Spend,
+    pub(super) spend: Spend,
     /// The last completed turn's output and spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    last: Option<LastRecord>,
+    pub(super) last: Option<LastRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct TurnRecord {
+pub(super) struct TurnRecord {
     turn_id: String,
     execution_id: String,
     /// The turn's batch: the messages it started with.
@@ -110,6 +111,10 @@ pub(crate) struct FailedTurn {
 }
 
 impl FailedTurn {
+    pub(super) fn new(code: String, message: String) -> Self {
+        FailedTurn { code, message }
+    }
+
     pub(crate) fn of(error: &Error) -> Self {
         FailedTurn {
             code: error.code().to_owned(),
@@ -129,13 +134,13 @@ impl FailedTurn {
 
 /// One accepted message (`thread/T/messages`).
 #[derive(Debug, Serialize, Deserialize)]
-struct MessageRow {
-    schema_version: u32,
-    id: String,
-    mode: DeliveryMode,
+pub(super) struct MessageRow {
+    pub(super) schema_version: u32,
+    pub(super) id: String,
+    pub(super) mode: DeliveryMode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    resource_id: Option<String>,
-    items: Vec<Item>,
+    pub(super) resource_id: Option<String>,
+    pub(super) items: Vec<Item>,
 }
 
 /// A thread's durable side: the store, and the writer that serializes every write to the thread.

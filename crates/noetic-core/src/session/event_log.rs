@@ -78,7 +78,7 @@ enum Stored {
     Gap,
 }
 
-fn encode(event: &StreamEvent) -> Vec<u8> {
+pub(super) fn encode(event: &StreamEvent) -> Vec<u8> {
     let logged = match event {
         StreamEvent::Sdk(event) => Logged::Sdk(event),
         StreamEvent::Framework(event) => Logged::Framework(event),

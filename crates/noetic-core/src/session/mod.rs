@@ -18,6 +18,7 @@
 mod api;
 mod bus;
 mod durable;
+mod engine_record;
 mod event_log;
 mod fleet;
 mod last;
@@ -38,6 +39,7 @@ pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 pub use crate::event::EventLogOptions;
 pub use durable::StoredThread;
 pub(crate) use durable::{accept_shared, read_stored, settled_last, threads_with_work};
+pub use engine_record::{EngineTurn, ThreadRecorder};
 pub(crate) use event_log::{Follow, follow};
 pub(crate) use fleet::{Drive, LetGo, THREAD_LEASES, thread_of};
 pub(crate) use remote::{request_abort, wake};

@@ -390,3 +390,85 @@ async fn harness_items(harness: &AgentHarness, journal: &Arc<Recorded>) -> Vec<I
     ctx.close().await;
     ctx.items()
 }
+
+#[tokio::test]
+async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
+    use noetic_core::adapter::durable::DurableStore as _;
+    use noetic_core::engine::{EngineTurn, ThreadRecorder};
+    use noetic_core::{FrameworkEvent, KvDurableStore, StreamEvent};
+
+    let store = Arc::new(KvDurableStore::in_memory());
+    let recorder = ThreadRecorder::new(store.clone());
+    assert_eq!(recorder.history_count("t").await.unwrap(), 0);
+    let started = StreamEvent::Framework(FrameworkEvent::TurnStarted {
+        turn_id: "turn-1".to_owned(),
+        message_ids: vec!["m-1".to_owned()],
+    });
+    recorder
+        .append_events(
+            "t",
+            "turn-1",
+            "round:chat:0",
+            std::slice::from_ref(&started),
+        )
+        .await
+        .unwrap();
+    // A replay writing the same step again writes nothing.
+    recorder
+        .append_events(
+            "t",
+            "turn-1",
+            "round:chat:0",
+            &[started.clone(), started.clone()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.next_seq("thread/t/events").await.unwrap(), 1);
+
+    let turn = EngineTurn {
+        turn_id: "turn-1".to_owned(),
+        message_id: "m-1".to_owned(),
+        message: vec![Item::user_text("hello")],
+        items: vec![Item::user_text("hello"), Item::assistant_text("hi")],
+        outcome: Ok(Value::String("hi".to_owned())),
+        spend: noetic_core::Spend::default(),
+    };
+    recorder.record_turn("t", &turn).await.unwrap();
+    recorder.record_turn("t", &turn).await.unwrap();
+    assert_eq!(recorder.history_count("t").await.unwrap(), 2);
+    assert_eq!(recorder.history("t", Some(1)).await.unwrap().len(), 1);
+
+    // A durable harness on the store reads the thread as one of its own sessions' records.
+    let counts = Arc::new(Counts::default());
+    let reader = AgentHarness::builder("reader")
+        .provider("scripted", model(0, None, None))
+        .agent_graph(agent(echo_tool(counts.clone(), None), counts))
+        .durable(store.clone())
+        .shared_threads()
+        .build()
+        .unwrap();
+    let stored = reader.stored_thread("t").await.unwrap().unwrap();
+    assert_eq!(stored.history, turn.items);
+    assert_eq!((stored.accepted, stored.pending), (1, 0));
+    assert_eq!(stored.last_output, Some(Value::String("hi".to_owned())));
+
+    // A failed turn settles its message and is the thread's last, adding no history.
+    let failed = EngineTurn {
+        turn_id: "turn-2".to_owned(),
+        message_id: "m-2".to_owned(),
+        message: vec![Item::user_text("again")],
+        items: Vec::new(),
+        outcome: Err(("CANCELLED".to_owned(), "aborted".to_owned())),
+        spend: noetic_core::Spend::default(),
+    };
+    recorder.record_turn("t", &failed).await.unwrap();
+    let stored = reader.stored_thread("t").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.history.len(), stored.accepted, stored.pending),
+        (2, 2, 0)
+    );
+    assert_eq!(
+        stored.last_error,
+        Some(("CANCELLED".to_owned(), "aborted".to_owned()))
+    );
+}
