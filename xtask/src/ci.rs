@@ -77,6 +77,15 @@ pub(crate) fn run(root: &Path) -> Result {
         "NOETIC_RESTATE_ALWAYS_REPLAY=1 cargo test -p noetic-restate -p noetic-examples --test restate",
         replay,
     )?;
+    let mut replay_serve = cargo(
+        root,
+        &["test", "-p", "noetic-cli", "--test", "cli", "restate::"],
+    );
+    replay_serve.env("NOETIC_RESTATE_ALWAYS_REPLAY", "1");
+    run_step(
+        "NOETIC_RESTATE_ALWAYS_REPLAY=1 cargo test -p noetic-cli --test cli restate::",
+        replay_serve,
+    )?;
 
     run_step(
         "cargo test -p noetic-otel --features grpc --test grpc",

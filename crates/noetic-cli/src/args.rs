@@ -73,6 +73,12 @@ options:
                             always)
   --cors-origin ORIGIN      (serve) let pages from ORIGIN call the API (CORS; repeatable)
   --max-queue N             (serve) messages a thread may have queued before 429 (default 64)
+  --engine restate=URL      (serve, with --storage) run the turns on Restate, whose ingress is at URL:
+                            this process serves the thread object to Restate and registers it; the
+                            store is the threads' record and the event log clients stream from
+  --restate-admin URL       (serve, with --engine) Restate's admin API (default: the ingress host, port 9070)
+  --restate-endpoint IP:PORT (serve, with --engine) where this process serves the thread object to
+                            Restate (default 127.0.0.1:9080); it must be reachable from Restate
   --jsonl                   (chat) read JSON lines: {\"input\", \"threadId\"?, \"deliveryMode\"?, \"messageId\"?} or {\"command\"}
                             ({\"command\":\"abort\",\"drainMs\":N} drains the running turn first)
 
@@ -152,6 +158,12 @@ pub(crate) struct Options {
     pub(crate) max_queue: Option<usize>,
     /// `--otlp-endpoint URL`: the collector spans and metrics are exported to.
     pub(crate) otlp_endpoint: Option<String>,
+    /// `--engine restate=URL` (serve): turns run on Restate, whose ingress is at URL.
+    pub(crate) restate: Option<String>,
+    /// `--restate-admin URL` (serve, with `--engine restate=…`).
+    pub(crate) restate_admin: Option<String>,
+    /// `--restate-endpoint IP:PORT` (serve, with `--engine restate=…`).
+    pub(crate) restate_endpoint: Option<String>,
 }
 
 /// A `NAME=TARGET` value of `flag` (`--mcp`, `--acp`): NAME is `[A-Za-z0-9_-]` (an MCP server's
@@ -320,6 +332,18 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
                     .map_err(|_| format!("--drain-ms must be a whole number, not `{raw}`"))?;
                 options.drain = Some(Duration::from_millis(millis));
             }
+            "--engine" => {
+                let raw = value("--engine")?;
+                let url = raw
+                    .strip_prefix("restate=")
+                    .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
+                    .ok_or_else(|| {
+                        format!("--engine must be restate=http(s)://INGRESS, not `{raw}`")
+                    })?;
+                options.restate = Some(url.to_owned());
+            }
+            "--restate-admin" => options.restate_admin = Some(value("--restate-admin")?),
+            "--restate-endpoint" => options.restate_endpoint = Some(value("--restate-endpoint")?),
             "--listen" => options.listen = Some(value("--listen")?),
             "--token" => options.token = Some(value("--token")?),
             "--allow-host" => options.allow_host.push(value("--allow-host")?),
@@ -404,6 +428,24 @@ pub(crate) fn parse(args: &[String]) -> Result<(Command, Options), String> {
         return Err(
             "--accept-only needs --storage postgres://URL (hosts sharing threads)".to_owned(),
         );
+    }
+    if options.restate.is_some() {
+        if !matches!(command, Command::Serve { .. }) {
+            return Err("--engine applies to serve only".to_owned());
+        }
+        if options.storage.is_none() && options.postgres.is_none() {
+            return Err(
+                "--engine restate=URL needs --storage (sqlite:PATH or postgres://URL): the threads' record"
+                    .to_owned(),
+            );
+        }
+        if options.accept_only {
+            return Err(
+                "--accept-only does not apply with --engine (Restate runs the turns)".to_owned(),
+            );
+        }
+    } else if options.restate_admin.is_some() || options.restate_endpoint.is_some() {
+        return Err("--restate-admin and --restate-endpoint need --engine restate=URL".to_owned());
     }
     if let Some(extra) = positional.next() {
         return Err(format!("unexpected argument `{extra}`"));
@@ -553,6 +595,30 @@ mod tests {
                 jsonl: true
             }
         );
+    }
+
+    #[test]
+    fn parses_the_restate_engine_of_serve_and_refuses_it_without_a_store() {
+        let (_, options) = parse(&args(
+            "serve f.json --storage sqlite:t.db --engine restate=http://127.0.0.1:8080 --restate-admin http://127.0.0.1:9070 --restate-endpoint 127.0.0.1:9080",
+        ))
+        .unwrap();
+        assert_eq!(options.restate.as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(
+            options.restate_admin.as_deref(),
+            Some("http://127.0.0.1:9070")
+        );
+        assert_eq!(options.restate_endpoint.as_deref(), Some("127.0.0.1:9080"));
+        let refused = |line: &str| parse(&args(line)).unwrap_err();
+        assert!(refused("serve f.json --engine restate=http://x").contains("needs --storage"));
+        assert!(
+            refused("serve f.json --storage sqlite:t.db --engine temporal=x").contains("restate=")
+        );
+        assert!(
+            refused("run f.json --storage sqlite:t.db --engine restate=http://x")
+                .contains("serve only")
+        );
+        assert!(refused("serve f.json --restate-admin http://x").contains("need --engine"));
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod chat;
 mod durable;
 mod output;
 mod provider;
+mod restate;
 mod run;
 mod serve;
 mod signals;

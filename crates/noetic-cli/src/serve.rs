@@ -2,6 +2,9 @@
 //! the AI SDK UI message stream and the web page, until SIGTERM or SIGINT.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use noetic_core::adapter::durable::DurableStore;
 
 use noetic_core::ServeOptions;
 use noetic_server::{NoeticServer, ServeConfig, Token};
@@ -58,18 +61,30 @@ pub(crate) async fn serve(flow: &str, options: &Options) -> Result<(), Failure> 
     }
     let document = read(flow)?;
     let durable = match (&options.storage, &options.postgres) {
-        (Some(path), _) => Some(Durable::Sqlite(
-            noetic_storage_sqlite::SqliteStorage::open(path).await?,
-            true,
-        )),
+        (Some(path), _) => {
+            let store = noetic_storage_sqlite::SqliteStorage::open(path).await?;
+            Some(if options.restate.is_some() {
+                Durable::SharedSqlite(store)
+            } else {
+                Durable::Sqlite(store, true)
+            })
+        }
         (None, Some(url)) => Some(Durable::Postgres(
             noetic_storage_postgres::PostgresStorage::connect(url).await?,
         )),
         (None, None) => None,
     };
+    // With an engine, the store is the threads' record: the engine writes, the harness reads.
+    let record: Option<Arc<dyn DurableStore>> = match &durable {
+        Some(Durable::SharedSqlite(store)) => Some(Arc::new(store.clone())),
+        Some(Durable::Postgres(store)) if options.restate.is_some() => {
+            Some(Arc::new(store.clone()))
+        }
+        _ => None,
+    };
     let setup = setup_document(flow, &document, options, durable).await?;
     let harness = setup.harness.clone();
-    if options.storage.is_some() {
+    if options.storage.is_some() && options.restate.is_none() {
         // Turns a crash cut short, and messages no turn took, run again before anything new.
         let resumed = harness.recover().await?;
         if !resumed.is_empty() {
@@ -82,7 +97,20 @@ pub(crate) async fn serve(flow: &str, options: &Options) -> Result<(), Failure> 
     let bound = listener
         .local_addr()
         .map_err(|error| Failure::Usage(format!("--listen {listen}: {error}")))?;
-    let server = NoeticServer::new(harness.clone(), config);
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let server = match (&options.restate, record) {
+        (Some(ingress), Some(store)) => {
+            let mut stopped = stopped.clone();
+            let deployment_stopped = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            let engine =
+                crate::restate::start(ingress, options, harness.clone(), store, deployment_stopped)
+                    .await?;
+            NoeticServer::on_engine(harness.clone(), config, Arc::new(engine))
+        }
+        _ => NoeticServer::new(harness.clone(), config),
+    };
     match (&token, generated) {
         (Some(token), true) => eprintln!(
             "listening on http://{bound}/ (token generated for this run, shown once: open http://{bound}/#token={})",
@@ -92,26 +120,27 @@ pub(crate) async fn serve(flow: &str, options: &Options) -> Result<(), Failure> 
         (None, _) => eprintln!("listening on http://{bound}/"),
     }
     // A host of a fleet also runs turns (unless --accept-only): claimed from the shared store,
-    // drained and let go on the signal, for another host to carry on.
-    let (stopping, stopped) = tokio::sync::watch::channel(false);
-    let fleet = (options.postgres.is_some() && !options.accept_only).then(|| {
-        let harness = harness.clone();
-        let mut stopped = stopped.clone();
-        let mut serve_options = ServeOptions::default();
-        if let Some(drain) = options.drain {
-            serve_options = serve_options.drain(drain);
-        }
-        tokio::spawn(async move {
-            harness
-                .serve(
-                    async move {
-                        let _ = stopped.wait_for(|stop| *stop).await;
-                    },
-                    serve_options,
-                )
-                .await
-        })
-    });
+    // drained and let go on the signal, for another host to carry on. With an engine, the engine
+    // runs them.
+    let fleet = (options.postgres.is_some() && !options.accept_only && options.restate.is_none())
+        .then(|| {
+            let harness = harness.clone();
+            let mut stopped = stopped.clone();
+            let mut serve_options = ServeOptions::default();
+            if let Some(drain) = options.drain {
+                serve_options = serve_options.drain(drain);
+            }
+            tokio::spawn(async move {
+                harness
+                    .serve(
+                        async move {
+                            let _ = stopped.wait_for(|stop| *stop).await;
+                        },
+                        serve_options,
+                    )
+                    .await
+            })
+        });
     let stop = async move {
         signals.next().await;
         let _ = stopping.send(true);

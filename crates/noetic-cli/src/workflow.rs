@@ -275,6 +275,9 @@ pub(crate) enum Durable {
     Sqlite(noetic_storage_sqlite::SqliteStorage, bool),
     /// One PostgreSQL database whose threads this host shares with the others (`serve`).
     Postgres(noetic_storage_postgres::PostgresStorage),
+    /// One SQLite file whose threads an engine runs (`serve --engine`): the harness only reads
+    /// them and follows their event logs.
+    SharedSqlite(noetic_storage_sqlite::SqliteStorage),
 }
 
 impl From<noetic_storage_sqlite::SqliteStorage> for Durable {
@@ -345,6 +348,7 @@ pub(crate) async fn setup_document(
                 .event_log(event_log.then(EventLogOptions::default));
         }
         Some(Durable::Postgres(store)) => builder = builder.durable(store).shared_threads(),
+        Some(Durable::SharedSqlite(store)) => builder = builder.durable(store).shared_threads(),
         None => {}
     }
     // Idle until an `acp-agent` node runs: no process is started before.

@@ -155,6 +155,8 @@ impl StepJournal for Bridge {
     ) -> BoxFuture<'a, Result<ApprovalDecision>> {
         Box::pin(async move {
             let name = format!("approval:{}", request.approval_id);
+            // The handler lists the call, writes what led here (the `approval_requested` event
+            // among it: the turn waits, so nothing more comes), then waits for the decision.
             let (reply, decided) = oneshot::channel();
             self.calls
                 .send(Call::Decision(DecisionCall {

@@ -264,7 +264,7 @@ impl NoeticThread {
                     // The turn holds its sender until it ends; `None` comes only after.
                     match call {
                         Some(Call::Step(call)) => journal_step(ctx, call).await,
-                        Some(Call::Decision(call)) => wait_decision(ctx, call).await,
+                        Some(Call::Decision(call)) => wait_decision(ctx, records, call).await?,
                         Some(Call::Steers(reply)) => take_steers(ctx, reply).await,
                         // The turn's events could not be written: this attempt ends, Restate
                         // retries it (its writes are idempotent).
@@ -394,12 +394,22 @@ async fn take_steers(
 
 /// Waits for a gated call's decision: the invocation's signal `approval/{approval_id}`, journaled
 /// once it comes (a replay gets it at once).
-async fn wait_decision(ctx: &ObjectContext<'_>, call: DecisionCall) {
+async fn wait_decision(
+    ctx: &ObjectContext<'_>,
+    records: &Records<'_>,
+    call: DecisionCall,
+) -> HandlerResult<()> {
     let DecisionCall { request, reply } = call;
     let inbox = || ctx.object_client::<NoeticInboxClient>(ctx.key());
-    // Listed while it waits (`status`); journaled calls, so a replay lists it once.
-    let listed = inbox().awaiting(Json(request.clone())).call().await;
-    let decided = match listed {
+    // Listed while it waits (`status`); journaled calls, so a replay lists it once. Then what led
+    // here is written, before the wait (an attempt may end while it waits: the write must not).
+    let listing = inbox().awaiting(Json(request.clone())).call().await;
+    if listing.is_ok() {
+        records
+            .flush(&format!("approval:{}:asked", request.approval_id))
+            .await?;
+    }
+    let decided = match listing {
         Ok(()) => {
             ctx.signal::<Json<noetic_core::ApprovalDecision>>(&format!(
                 "approval/{}",
@@ -425,6 +435,7 @@ async fn wait_decision(ctx: &ObjectContext<'_>, call: DecisionCall) {
             message: error.to_string(),
         }),
     });
+    Ok(())
 }
 
 fn lock(running: &Running) -> MutexGuard<'_, HashMap<String, noetic_core::Context>> {

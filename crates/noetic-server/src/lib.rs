@@ -37,6 +37,7 @@
 mod ag_ui;
 mod ai_sdk;
 mod config;
+mod engine;
 mod error;
 mod follow;
 mod native;
@@ -58,6 +59,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 pub use config::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_QUEUE, ServeConfig, Token,
 };
+pub use engine::{EngineStatus, TurnEngine};
 pub use error::{ApiError, CODES};
 
 use state::AppState;
@@ -89,6 +91,22 @@ impl NoeticServer {
     pub fn new(harness: AgentHarness, config: ServeConfig) -> Self {
         NoeticServer {
             state: Arc::new(AppState::new(harness, config, CancellationToken::new())),
+        }
+    }
+
+    /// Serves threads whose turns run on `engine` (a durable-execution engine: see
+    /// [`TurnEngine`]): messages, steers, aborts and decisions go to it; history, status of what
+    /// is queued and the event streams come from `harness`, which must share the store the engine
+    /// records the threads in (`shared_threads`, with an event log) and runs no turn itself.
+    pub fn on_engine(
+        harness: AgentHarness,
+        config: ServeConfig,
+        engine: Arc<dyn TurnEngine>,
+    ) -> Self {
+        let mut state = AppState::new(harness, config, CancellationToken::new());
+        state.engine = Some(engine);
+        NoeticServer {
+            state: Arc::new(state),
         }
     }
 
@@ -148,7 +166,7 @@ impl NoeticServer {
         self.state.shutdown.cancel();
         let harness = &self.state.harness;
         let mut report = StopReport::default();
-        if harness.shares_threads() {
+        if harness.shares_threads() || self.state.engine.is_some() {
             // A host of a fleet aborts nothing: `AgentHarness::serve` drains its turns and lets
             // their threads go, and another host carries on with what is left.
             return report;

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::state::{AppState, millis};
+use crate::state::{AppState, Verdict, millis};
 
 pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -138,6 +138,22 @@ pub(crate) fn status_json(status: &SessionStatus) -> Value {
 /// threads with others, a thread no turn of this host runs is described as the store has it: a
 /// turn in flight (waiting for approvals when some are pending), messages pending, or idle.
 pub(crate) async fn thread_state(state: &AppState, thread_id: &str) -> Result<Value, ApiError> {
+    if let Some(engine) = &state.engine {
+        // The engine runs the turns: it knows what runs; the store, what is queued.
+        let status = engine.status(thread_id).await?;
+        let body = match status.running {
+            Some(turn_id) if status.pending_approvals.is_empty() => {
+                json!({"status": "running", "turn_id": turn_id})
+            }
+            Some(turn_id) => json!({
+                "status": "awaiting_approval",
+                "turn_id": turn_id,
+                "approvals": status.pending_approvals,
+            }),
+            None => json!({"status": "idle"}),
+        };
+        return Ok(body);
+    }
     let scope = Scope::thread(thread_id.to_owned());
     let local = state.harness.status(scope.clone());
     if !state.harness.shares_threads() || !matches!(local, SessionStatus::Idle) {
@@ -269,7 +285,7 @@ pub(crate) async fn accept(
     if let Some(resource_id) = resource_id {
         options = options.resource_id(resource_id);
     }
-    if let Err(error) = state.harness.execute(input, options).await {
+    if let Err(error) = state.execute(input, options).await {
         state.forget(thread_id, &message_id);
         return Err(error.into());
     }
@@ -382,12 +398,17 @@ async fn abort(
             format!("thread `{thread_id}` has no turn running"),
         ));
     }
-    let mut options = AbortOptions::new().thread_id(thread_id).reason(
+    let mut options = AbortOptions::new().thread_id(thread_id.clone()).reason(
         body.reason
             .unwrap_or_else(|| "aborted over HTTP".to_owned()),
     );
     if let Some(drain) = body.drain_ms {
         options = options.drain(Duration::from_millis(drain));
+    }
+    if let Some(engine) = &state.engine {
+        // The engine cuts the turn itself (no drain window: its rounds are journaled).
+        engine.abort(&thread_id).await?;
+        return Ok(Json(json!({"aborted": true, "drain_report": null})));
     }
     let report = state.harness.abort(options).await;
     Ok(Json(json!({"aborted": true, "drain_report": report})))
@@ -398,10 +419,7 @@ async fn approvals(
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     state.known(&thread_id).await?;
-    let pending = state
-        .harness
-        .pending_approvals(Scope::thread(thread_id))
-        .await?;
+    let pending = state.pending_approvals(&thread_id).await?;
     Ok(Json(json!({"approvals": pending})))
 }
 
@@ -427,15 +445,14 @@ async fn decide(
 ) -> Result<Json<Value>, ApiError> {
     let body: Decision = json_body(body)?;
     state.known(&thread_id).await?;
-    let harness = &state.harness;
-    let request = match body.decision {
-        DecisionKind::Approve => harness.approve(&thread_id, &approval_id).await?,
-        DecisionKind::ApproveAlways => harness.approve_always(&thread_id, &approval_id).await?,
+    let verdict = match body.decision {
+        DecisionKind::Approve => Verdict::Approve { always: false },
+        DecisionKind::ApproveAlways => Verdict::Approve { always: true },
         DecisionKind::Reject => {
-            let reason = body.reason.unwrap_or_else(|| "rejected".to_owned());
-            harness.reject(&thread_id, &approval_id, reason).await?
+            Verdict::Reject(body.reason.unwrap_or_else(|| "rejected".to_owned()))
         }
     };
+    let request = state.decide(&thread_id, &approval_id, verdict).await?;
     // A decision on a thread of an earlier run of the server: read it back so its turn goes on.
     state.load(&thread_id).await?;
     Ok(Json(json!({"decided": request})))

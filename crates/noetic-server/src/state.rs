@@ -6,10 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use noetic_core::AgentHarness;
+use noetic_core::{
+    AgentHarness, ApprovalDecision, ApprovalRequest, Error, ExecuteOptions, Input, Scope,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
+use crate::engine::TurnEngine;
 use crate::error::ApiError;
 
 /// How many accepted message ids a thread remembers for idempotency.
@@ -26,6 +29,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) struct AppState {
     pub(crate) harness: AgentHarness,
+    /// Where turns run instead of the harness, when they do (see `engine.rs`).
+    pub(crate) engine: Option<Arc<dyn TurnEngine>>,
     pub(crate) config: ServeConfig,
     threads: Mutex<BTreeMap<String, ThreadEntry>>,
     /// Cancelled when the server stops: every event stream ends (with a final event).
@@ -40,6 +45,14 @@ struct ThreadEntry {
     created: SystemTime,
     ids: HashSet<String>,
     order: VecDeque<String>,
+}
+
+/// A person's decision on a call, as a route takes it.
+pub(crate) enum Verdict {
+    /// Run it (and, with `always`, its tool from now on where the harness keeps that).
+    Approve { always: bool },
+    /// Do not run it; the reason is the call's output.
+    Reject(String),
 }
 
 /// A thread as listed.
@@ -57,12 +70,76 @@ impl AppState {
     ) -> Self {
         AppState {
             harness,
+            engine: None,
             config,
             threads: Mutex::new(BTreeMap::new()),
             shutdown,
             closing: AtomicBool::new(false),
             loading: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Sends a message to where turns run: the engine, or the harness.
+    pub(crate) async fn execute(
+        &self,
+        input: Input,
+        options: ExecuteOptions,
+    ) -> noetic_core::Result<()> {
+        match &self.engine {
+            Some(engine) => engine.execute(input, options).await,
+            None => self.harness.execute(input, options).await,
+        }
+    }
+
+    /// The calls of `thread_id` waiting for a person.
+    pub(crate) async fn pending_approvals(
+        &self,
+        thread_id: &str,
+    ) -> noetic_core::Result<Vec<ApprovalRequest>> {
+        match &self.engine {
+            Some(engine) => Ok(engine.status(thread_id).await?.pending_approvals),
+            None => {
+                self.harness
+                    .pending_approvals(Scope::thread(thread_id.to_owned()))
+                    .await
+            }
+        }
+    }
+
+    /// Decides the call `approval_id` of `thread_id`; the call decided. On an engine, `always` is
+    /// a one-time approval (the engine keeps no standing ones).
+    pub(crate) async fn decide(
+        &self,
+        thread_id: &str,
+        approval_id: &str,
+        verdict: Verdict,
+    ) -> noetic_core::Result<ApprovalRequest> {
+        let Some(engine) = &self.engine else {
+            let harness = &self.harness;
+            return match verdict {
+                Verdict::Approve { always: false } => harness.approve(thread_id, approval_id).await,
+                Verdict::Approve { always: true } => {
+                    harness.approve_always(thread_id, approval_id).await
+                }
+                Verdict::Reject(reason) => harness.reject(thread_id, approval_id, reason).await,
+            };
+        };
+        let request = engine
+            .status(thread_id)
+            .await?
+            .pending_approvals
+            .into_iter()
+            .find(|request| request.approval_id == approval_id)
+            .ok_or_else(|| Error::ApprovalNotFound {
+                approval_id: approval_id.to_owned(),
+                thread_id: thread_id.to_owned(),
+            })?;
+        let decision = match verdict {
+            Verdict::Approve { .. } => ApprovalDecision::Approved,
+            Verdict::Reject(reason) => ApprovalDecision::Rejected { reason },
+        };
+        engine.decide(thread_id, approval_id, decision).await?;
+        Ok(request)
     }
 
     fn threads(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ThreadEntry>> {

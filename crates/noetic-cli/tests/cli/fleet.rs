@@ -37,7 +37,7 @@ fn slow_reply() -> MockReply {
 }
 
 /// One `noetic serve` process of the fleet.
-struct Host {
+pub(crate) struct Host {
     child: tokio::process::Child,
     base: String,
     client: reqwest::Client,
@@ -46,7 +46,7 @@ struct Host {
 impl Host {
     /// Starts a host serving `flow` on the database `url`, answering from `mock`, on a port of its
     /// own; waits for its `listening on` line.
-    async fn start(flow: &str, url: &str, mock: &MockServer, extra: &[&str]) -> Host {
+    pub(crate) async fn start(flow: &str, url: &str, mock: &MockServer, extra: &[&str]) -> Host {
         let mut rest = mock_options(mock);
         rest.extend(extra.iter().map(|arg| (*arg).to_owned()));
         let mut command = noetic(args(
@@ -77,7 +77,7 @@ impl Host {
         }
     }
 
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let response = self
             .client
             .post(format!("{}{path}", self.base))
@@ -89,7 +89,7 @@ impl Host {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, Value) {
         let response = self
             .client
             .get(format!("{}{path}", self.base))
@@ -101,7 +101,7 @@ impl Host {
     }
 
     /// The thread's event stream, after `last_event_id` when given (else from now on).
-    async fn events(&self, thread: &str, last_event_id: Option<u64>) -> Sse {
+    pub(crate) async fn events(&self, thread: &str, last_event_id: Option<u64>) -> Sse {
         let mut request = self.client.get(format!(
             "{}/v1/threads/{thread}/events?replay=none",
             self.base
@@ -129,13 +129,13 @@ impl Host {
 
 /// An event of the native stream.
 #[derive(Debug, Clone, PartialEq)]
-struct Event {
-    id: Option<u64>,
-    data: Value,
+pub(crate) struct Event {
+    pub(crate) id: Option<u64>,
+    pub(crate) data: Value,
 }
 
 impl Event {
-    fn kind(&self) -> &str {
+    pub(crate) fn kind(&self) -> &str {
         self.data["type"].as_str().unwrap_or_default()
     }
 
@@ -146,14 +146,14 @@ impl Event {
     }
 }
 
-struct Sse {
+pub(crate) struct Sse {
     body: futures_util::stream::BoxStream<'static, Vec<u8>>,
     buffer: String,
 }
 
 impl Sse {
     /// The next event (comments and `retry:` skipped), at most 30 s away.
-    async fn next(&mut self) -> Event {
+    pub(crate) async fn next(&mut self) -> Event {
         tokio::time::timeout(Duration::from_secs(30), async {
             loop {
                 if let Some(end) = self.buffer.find("\n\n") {
@@ -183,7 +183,7 @@ impl Sse {
     }
 
     /// Events up to and including the first whose type ends with `suffix`.
-    async fn until(&mut self, suffix: &str) -> Vec<Event> {
+    pub(crate) async fn until(&mut self, suffix: &str) -> Vec<Event> {
         let mut events = Vec::new();
         loop {
             let event = self.next().await;
@@ -198,7 +198,7 @@ impl Sse {
 
 /// The text a client shows: the text deltas, where a `round_restarted` voids those of the round in
 /// flight (since the last completed model call).
-fn shown_text(events: &[Event]) -> String {
+pub(crate) fn shown_text(events: &[Event]) -> String {
     let (mut text, mut settled) = (String::new(), 0);
     for event in events {
         if let Some(delta) = event.delta() {

@@ -16,6 +16,7 @@ mod fleet;
 mod invalid;
 mod mcp;
 mod otel;
+mod restate;
 mod run;
 mod signals;
 mod tools;

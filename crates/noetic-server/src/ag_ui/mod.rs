@@ -39,7 +39,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::follow::{self, Target, running_turn};
 use crate::native::{MessageInput, accept, check_thread_id, json_body, message_input};
-use crate::state::AppState;
+use crate::state::{AppState, Verdict};
 use events::{Event, frame};
 use run::{AgUi, Gate};
 
@@ -162,16 +162,15 @@ async fn resume(
     state.known(thread_id).await?;
     // Subscribed before deciding: the turn goes on as soon as it has its answer.
     let events = follow::subscribe(state, thread_id, Replay::CurrentTurn);
-    let harness = &state.harness;
     let mut decided = HashSet::new();
     let mut unseen = HashSet::new();
     for answer in answers {
         let id = answer.approval_id;
-        let result = match answer.decision {
-            Decision::Approve { always: false } => harness.approve(thread_id, &id).await,
-            Decision::Approve { always: true } => harness.approve_always(thread_id, &id).await,
-            Decision::Reject(reason) => harness.reject(thread_id, &id, reason).await,
+        let verdict = match answer.decision {
+            Decision::Approve { always } => Verdict::Approve { always },
+            Decision::Reject(reason) => Verdict::Reject(reason),
         };
+        let result = state.decide(thread_id, &id, verdict).await;
         match result {
             Ok(_) => {
                 decided.insert(id.clone());

@@ -37,7 +37,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::follow::{self, Target};
 use crate::native::{MessageInput, accept, check_thread_id, json_body, message_input};
-use crate::state::AppState;
+use crate::state::{AppState, Verdict};
 use stream::Plan;
 
 pub(crate) fn routes() -> Router<Arc<AppState>> {
@@ -182,15 +182,14 @@ async fn answer_approvals(
     state.known(thread_id).await?;
     // Subscribed before deciding: the turn goes on as soon as it has its answer.
     let events = follow::subscribe(state, thread_id, Replay::CurrentTurn);
-    let harness = &state.harness;
     let mut decided = HashSet::new();
     for (id, approved, reason) in answers {
-        let result = if approved {
-            harness.approve(thread_id, &id).await
+        let verdict = if approved {
+            Verdict::Approve { always: false }
         } else {
-            let reason = reason.unwrap_or_else(|| "rejected".to_owned());
-            harness.reject(thread_id, &id, reason).await
+            Verdict::Reject(reason.unwrap_or_else(|| "rejected".to_owned()))
         };
+        let result = state.decide(thread_id, &id, verdict).await;
         match result {
             Ok(_) => {
                 decided.insert(id);
