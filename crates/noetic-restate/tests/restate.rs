@@ -173,7 +173,13 @@ async fn a_restate_server_killed_mid_round_replays_the_recorded_round_and_call_a
     let (stalled_tx, mut stalled) = mpsc::unbounded_channel();
     // Round 2's first request never ends: the server dies while it streams.
     let model = react_model(Some(1), Some(stalled_tx));
-    let mut deployed = deploy(server, harness(&model, &runs)).await;
+    // The threads' record in a SQLite store: complete after the crash, each event in it once.
+    let dir = tempfile::tempdir().unwrap();
+    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
+        .await
+        .unwrap();
+    let host = RestateHost::new(harness(&model, &runs)).store(Arc::new(store.clone()));
+    let mut deployed = deploy_host(server, host).await;
     let turn = deployed
         .client
         .execute("t1", "echo it", "m-1")
@@ -209,7 +215,42 @@ async fn a_restate_server_killed_mid_round_replays_the_recorded_round_and_call_a
         1,
         "the recorded call did not run again"
     );
-    assert_eq!(deployed.client.history("t1").await.unwrap().len(), 4);
+    assert_eq!(
+        texts(&deployed.client.history("t1").await.unwrap()),
+        [
+            "user: echo it",
+            "call echo",
+            "output \"journaled\"",
+            "assistant: the tool said journaled"
+        ]
+    );
+    let logged = logged_types(&store, "t1").await;
+    let count = |kind: &str| logged.iter().filter(|seen| *seen == kind).count();
+    assert_eq!(
+        (
+            count("turn_started"),
+            count("model_call_started"),
+            count("tool_call_started"),
+            count("turn_completed")
+        ),
+        (1, 2, 1, 1),
+        "the crashed round's events are written by the attempt that journaled it: {logged:?}"
+    );
+}
+
+/// The framework events' types in `thread`'s event log, in order.
+async fn logged_types(store: &noetic_storage_sqlite::SqliteStorage, thread: &str) -> Vec<String> {
+    use noetic_core::adapter::durable::DurableStore as _;
+    store
+        .read_log(&format!("thread/{thread}/events"), 0)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|entry| {
+            let value: serde_json::Value = serde_json::from_slice(&entry.value).unwrap();
+            value["framework"]["type"].as_str().map(str::to_owned)
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
