@@ -241,6 +241,8 @@ impl NoeticThread {
             turn_id: records.turn_id.clone(),
             message_ids: vec![message_id.clone()],
         });
+        // Followers see the turn start now, not when its first round is journaled.
+        records.flush("start").await?;
         lock(&self.running).insert(records.turn_id.clone(), turn_ctx.clone());
         let message = vec![Item::user_text(input.text.clone())];
         let mut turn = TurnTask {

@@ -132,8 +132,8 @@ impl ThreadRecorder {
     }
 
     /// Appends `events` of turn `turn_id` to the thread's event log, written after its step
-    /// `step`: once per turn and step (a replay's write of the same step is a no-op). Followers
-    /// are woken where the store can tell.
+    /// `step`: once per turn and step (a replay's write of the same step is a no-op; no events,
+    /// no write). Followers are woken where the store can tell.
     ///
     /// # Errors
     /// Storage errors (nothing is written then).
@@ -144,6 +144,11 @@ impl ThreadRecorder {
         step: &str,
         events: &[StreamEvent],
     ) -> Result<()> {
+        // Nothing to write (a replay of the step has nothing more: it emits what its first run
+        // did, less a round's deltas).
+        if events.is_empty() {
+            return Ok(());
+        }
         let key = marks_key(thread_id);
         let mut marks: EventMarks = match self.store.record(&key).await? {
             Some(bytes) => parse(&subject(thread_id), &key, &bytes)?,
