@@ -69,17 +69,11 @@ impl RestateClient {
             self.ingress,
             segment(thread)
         );
-        let body = serde_json::to_value(TurnInput {
+        let input = TurnInput {
             text: text.to_owned(),
             message_id: Some(message_id.to_owned()),
-        })
-        .unwrap_or(Value::Null);
-        let request = self
-            .http
-            .post(&url)
-            .header("idempotency-key", message_id)
-            .json(&body);
-        let answer: Value = self.call(request, &url).await?;
+        };
+        let answer: Value = self.post_keyed(&url, &input, message_id).await?;
         let invocation_id = answer["invocationId"]
             .as_str()
             .ok_or_else(|| error("RESTATE_REFUSED", format!("{url} answered {answer}")))?
@@ -100,17 +94,26 @@ impl RestateClient {
     /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
     pub async fn steer(&self, thread: &str, text: &str, message_id: &str) -> Result<SteerOutcome> {
         let url = format!("{}/NoeticInbox/{}/push", self.ingress, segment(thread));
-        let body = serde_json::to_value(SteerInput {
+        let input = SteerInput {
             text: text.to_owned(),
             message_id: message_id.to_owned(),
-        })
-        .unwrap_or(Value::Null);
+        };
+        self.post_keyed(&url, &input, message_id).await
+    }
+
+    /// POSTs `body` to `url` with `key` as Restate's idempotency key.
+    async fn post_keyed<T: DeserializeOwned>(
+        &self,
+        url: &str,
+        body: &impl serde::Serialize,
+        key: &str,
+    ) -> Result<T> {
         let request = self
             .http
-            .post(&url)
-            .header("idempotency-key", message_id)
-            .json(&body);
-        self.call(request, &url).await
+            .post(url)
+            .header("idempotency-key", key)
+            .json(body);
+        self.call(request, url).await
     }
 
     /// What `thread` is doing: the turn running now, the steers and the gated calls waiting for

@@ -359,17 +359,23 @@ async fn journal_step(ctx: &ObjectContext<'_>, call: StepCall) {
         })
         .name(name)
         .await;
-    let _ = reply.send(match journaled {
-        Ok(Json(recorded)) => Ok(recorded),
-        Err(error) => Err(if error.code() == 409 {
-            Error::cancelled(Some("the Restate invocation was cancelled".to_owned()))
-        } else {
-            Error::EngineJournal {
-                step: String::new(),
-                message: error.to_string(),
-            }
-        }),
-    });
+    let _ = reply.send(
+        journaled
+            .map(Json::into_inner)
+            .map_err(|error| journal_error(&error, String::new())),
+    );
+}
+
+/// What a failed journal operation is to the turn: a cancel (Restate's 409: the invocation was
+/// cancelled) or an `ENGINE_JOURNAL` error naming `step`.
+fn journal_error(error: &TerminalError, step: String) -> Error {
+    if error.code() == 409 {
+        return Error::cancelled(Some("the Restate invocation was cancelled".to_owned()));
+    }
+    Error::EngineJournal {
+        step,
+        message: error.to_string(),
+    }
 }
 
 /// Takes the steers waiting in the thread's inbox: a journaled call, so a replay gets the same.
@@ -382,16 +388,11 @@ async fn take_steers(
         .take()
         .call()
         .await;
-    let _ = reply.send(match taken {
-        Ok(Json(steers)) => Ok(steers),
-        Err(error) if error.code() == 409 => Err(Error::cancelled(Some(
-            "the Restate invocation was cancelled".to_owned(),
-        ))),
-        Err(error) => Err(Error::EngineJournal {
-            step: "steers".to_owned(),
-            message: error.to_string(),
-        }),
-    });
+    let _ = reply.send(
+        taken
+            .map(Json::into_inner)
+            .map_err(|error| journal_error(&error, "steers".to_owned())),
+    );
 }
 
 /// Waits for a gated call's decision: the invocation's signal `approval/{approval_id}`, journaled
@@ -427,16 +428,11 @@ async fn wait_decision(
             .call()
             .await;
     }
-    let _ = reply.send(match decided {
-        Ok(Json(decision)) => Ok(decision),
-        Err(error) if error.code() == 409 => Err(Error::cancelled(Some(
-            "the Restate invocation was cancelled".to_owned(),
-        ))),
-        Err(error) => Err(Error::EngineJournal {
-            step: format!("approval:{}", request.approval_id),
-            message: error.to_string(),
-        }),
-    });
+    let _ = reply.send(
+        decided
+            .map(Json::into_inner)
+            .map_err(|error| journal_error(&error, format!("approval:{}", request.approval_id))),
+    );
     Ok(())
 }
 

@@ -86,6 +86,23 @@ pub(crate) struct ThreadRecord {
     pub(super) last: Option<LastRecord>,
 }
 
+impl ThreadRecord {
+    /// The record of a thread nothing was recorded of yet.
+    pub(super) fn new(thread_id: &str) -> Self {
+        ThreadRecord {
+            schema_version: THREAD_SCHEMA_VERSION,
+            thread_id: thread_id.to_owned(),
+            history_generation: 0,
+            history_count: 0,
+            settled_through: 0,
+            queued: Vec::new(),
+            turn: None,
+            spend: Spend::default(),
+            last: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct TurnRecord {
     turn_id: String,
@@ -265,17 +282,7 @@ impl ThreadJournal {
         let stored = stored_record.is_some();
         let record: ThreadRecord = match stored_record {
             Some(bytes) => parse(&subject, &key, &bytes)?,
-            None => ThreadRecord {
-                schema_version: THREAD_SCHEMA_VERSION,
-                thread_id: thread_id.to_owned(),
-                history_generation: 0,
-                history_count: 0,
-                settled_through: 0,
-                queued: Vec::new(),
-                turn: None,
-                spend: Spend::default(),
-                last: None,
-            },
+            None => ThreadRecord::new(thread_id),
         };
 
         let log = history_log(thread_id, record.history_generation);

@@ -188,7 +188,7 @@ impl ThreadRecorder {
     pub async fn record_turn(&self, thread_id: &str, turn: &EngineTurn) -> Result<()> {
         let (mut record, mut engine) = match self.read_record(thread_id).await? {
             Some(read) => read,
-            None => (new_record(thread_id), EngineFields::default()),
+            None => (ThreadRecord::new(thread_id), EngineFields::default()),
         };
         if engine.engine_turns.contains(&turn.turn_id) {
             return Ok(());
@@ -246,20 +246,6 @@ impl ThreadRecorder {
         let record: ThreadRecord = parse(&subject, &key, &bytes)?;
         let engine: EngineFields = parse(&subject, &key, &bytes)?;
         Ok(Some((record, engine)))
-    }
-}
-
-fn new_record(thread_id: &str) -> ThreadRecord {
-    ThreadRecord {
-        schema_version: THREAD_SCHEMA_VERSION,
-        thread_id: thread_id.to_owned(),
-        history_generation: 0,
-        history_count: 0,
-        settled_through: 0,
-        queued: Vec::new(),
-        turn: None,
-        spend: Spend::default(),
-        last: None,
     }
 }
 
