@@ -23,7 +23,7 @@
 //! it queues them and records what it took, so a replay applies the same steers at the same place.
 //!
 //! An engine's turns keep the thread's record in a [`crate::adapter::durable::DurableStore`] with a
-//! [`ThreadRecorder`]: history, last turn and event log in the format of durable sessions, each
+//! `session::ThreadRecorder`: history, last turn and event log in the format of durable sessions, each
 //! write idempotent, so a harness on the same store reads the thread and streams its events.
 //!
 //! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
@@ -38,9 +38,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{ApprovalDecision, ApprovalRequest, Error, Result, Steer};
-
-pub use crate::session::{EngineTurn, ThreadRecorder};
+use crate::steer::Steer;
+use crate::{ApprovalDecision, ApprovalRequest, Error, Result};
 
 /// Runs a turn's steps durably (see the module docs). Implemented by an engine adapter; noetic calls
 /// it, in the tree's order, from the task that runs the tree.

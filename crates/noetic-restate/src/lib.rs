@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use noetic_core::adapter::durable::DurableStore;
-use noetic_core::engine::ThreadRecorder;
+use noetic_core::session::ThreadRecorder;
 use noetic_core::{AgentHarness, EventSink};
 use restate_sdk::prelude::{Endpoint, HttpServer};
 use tokio::net::TcpListener;

@@ -4,11 +4,11 @@
 //! journals the history's length and reads that many items from the store, the events of each
 //! journaled step are written to the thread's event log once the step is journaled, and the turn's
 //! end is recorded there after the step that journals its items — each write idempotent
-//! ([`noetic_core::engine::ThreadRecorder`]), so a replay's writes are no-ops.
+//! ([`noetic_core::session::ThreadRecorder`]), so a replay's writes are no-ops.
 
 use std::sync::{Arc, Mutex};
 
-use noetic_core::engine::{EngineTurn, ThreadRecorder};
+use noetic_core::session::{EngineTurn, ThreadRecorder};
 use noetic_core::{EventSink, Item, StreamEvent};
 use restate_sdk::prelude::*;
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use noetic_core::engine::{EngineTurn, ThreadRecorder};
+use noetic_core::session::{EngineTurn, ThreadRecorder};
 use noetic_core::{EventSink, FrameworkEvent};
 
 use crate::inbox::{LastTurn, NoeticInboxClient, SteerInput};

@@ -394,7 +394,7 @@ async fn harness_items(harness: &AgentHarness, journal: &Arc<Recorded>) -> Vec<I
 #[tokio::test]
 async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
     use noetic_core::adapter::durable::DurableStore as _;
-    use noetic_core::engine::{EngineTurn, ThreadRecorder};
+    use noetic_core::session::{EngineTurn, ThreadRecorder};
     use noetic_core::{FrameworkEvent, KvDurableStore, StreamEvent};
 
     let store = Arc::new(KvDurableStore::in_memory());
