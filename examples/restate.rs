@@ -5,6 +5,7 @@
 //! cargo run -p noetic-examples --example restate
 //! cargo run -p noetic-examples --example restate -- --ingress http://127.0.0.1:8080 --admin http://127.0.0.1:9070
 //! cargo run -p noetic-examples --example restate -- --serve 127.0.0.1:9080 --provider-url URL [--needs-approval]
+//! cargo run -p noetic-examples --example restate -- --store sqlite:threads.db
 //! ```
 //!
 //! Without `--ingress`/`--admin` it starts a throwaway Restate server of its own (the pinned npm
@@ -12,6 +13,8 @@
 //! model is the offline demo model unless `--provider-url` names an OpenResponses server. `--serve`
 //! only serves the object on the address until killed, printing `approval_requested ID` for each
 //! gated call it waits on (the crash tests run it so); `--needs-approval` gates the search tool.
+//! `--store sqlite:PATH` keeps the threads' record (history, last turn, event log) in a SQLite file,
+//! where a harness on the same file — `noetic serve --engine restate=…` — reads them.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -56,6 +59,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     .build()?;
 
+    // The threads' record: a SQLite file when named, else the object's Restate state.
+    let store = match flag("--store") {
+        Some(spec) => {
+            let path = spec
+                .strip_prefix("sqlite:")
+                .ok_or("--store must be sqlite:PATH")?;
+            let store: Arc<dyn noetic_core::adapter::durable::DurableStore> =
+                Arc::new(noetic_storage_sqlite::SqliteStorage::open(path).await?);
+            Some(store)
+        }
+        None => None,
+    };
+    let host = |harness: AgentHarness| match &store {
+        Some(store) => RestateHost::new(harness).store(store.clone()),
+        None => RestateHost::new(harness),
+    };
+
     if let Some(address) = flag("--serve") {
         let listener = tokio::net::TcpListener::bind(&address).await?;
         println!("serving NoeticThread on http://{}", listener.local_addr()?);
@@ -70,7 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let _ = out.flush();
             }
         };
-        RestateHost::new(harness)
+        host(harness)
             .event_sink(Arc::new(approvals))
             .serve(listener, std::future::pending::<()>())
             .await;
@@ -97,7 +117,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let endpoint = format!("http://{}", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(RestateHost::new(harness).serve(listener, stopped));
+    let serving = tokio::spawn(host(harness).serve(listener, stopped));
     client.register(&endpoint).await?;
 
     let turn = client
@@ -106,11 +126,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let output = client.output(&turn, Duration::from_secs(120)).await?;
     println!("{}", output.text);
     let history = client.history("example-thread").await?;
+    let status = client.status("example-thread").await?;
     println!(
-        "(turn {}: {} items in the thread's history, {} input tokens)",
+        "(turn {}: {} items in the thread's history{}, {} input tokens; {} turn(s) ended on the thread)",
         turn.invocation_id,
         history.len(),
-        output.usage.input_tokens
+        if store.is_some() {
+            " (in the store)"
+        } else {
+            ""
+        },
+        output.usage.input_tokens,
+        status.turns
     );
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;

@@ -119,7 +119,10 @@ fn the_restate_example_runs_a_turn_on_a_server_of_its_own() {
         );
         return;
     }
-    let output = example().output().unwrap();
+    // With the threads' record in a SQLite file: the history read back comes from it.
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("threads.db").display());
+    let output = example().args(["--store", &store]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -131,9 +134,10 @@ fn the_restate_example_runs_a_turn_on_a_server_of_its_own() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("4 items in the thread's history"),
+        stdout.contains("4 items in the thread's history (in the store)"),
         "{stdout}"
     );
+    assert!(stdout.contains("1 turn(s) ended on the thread"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
