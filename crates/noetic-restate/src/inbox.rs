@@ -1,7 +1,8 @@
-//! `NoeticInbox`: where a thread's steers wait and what it is doing is told, a virtual object keyed
-//! by the thread's id beside `NoeticThread`. A steer sent to the running turn's own object would queue behind the turn (its
-//! handler is exclusive); the inbox answers at once instead. Its handlers are exclusive per
-//! thread, so a steer is never lost between a turn's last look and its end:
+//! `NoeticInbox`: where a thread's steers wait and what the thread is doing is told, a virtual
+//! object keyed by the thread's id beside `NoeticThread`. A steer sent to the running turn's own
+//! object would queue behind the turn (its handler is exclusive); the inbox answers at once
+//! instead. Its handlers are exclusive per thread, so a steer is never lost between a turn's last
+//! look and its end:
 //!
 //! - `begin` (the turn, as it starts) marks a turn running; `finish` (the turn, as it ends, however
 //!   it ends) clears the mark and sends each steer still waiting as a turn of its own.

@@ -6,6 +6,7 @@
 //! end is recorded there after the step that journals its items — each write idempotent
 //! ([`noetic_core::session::ThreadRecorder`]), so a replay's writes are no-ops.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use noetic_core::session::{EngineTurn, ThreadRecorder};
@@ -58,19 +59,42 @@ impl EventSink for Tee {
 /// journaled and before the turn goes on, so a step's batch is what the turn emitted up to its
 /// end — the same on every attempt, but for a replayed round's deltas (a replay has none: when the
 /// attempt that ran the round ended before writing, its deltas are not in the log).
+///
+/// Each write is named by its place among the turn's writes as well as by its step (`{n}:{step}`):
+/// the writes come in the same order on every attempt, and a graph that runs a step twice names
+/// its rounds twice.
 #[derive(Clone)]
 pub(crate) struct EventWriter {
     pub(crate) recorder: ThreadRecorder,
     pub(crate) thread_id: String,
     pub(crate) turn_id: String,
     pub(crate) buffer: EventBuffer,
+    /// How many writes the turn asked for so far (clones share it).
+    pub(crate) writes: Arc<AtomicUsize>,
 }
 
 impl EventWriter {
+    /// A writer for turn `turn_id` of thread `thread_id`.
+    pub(crate) fn new(recorder: ThreadRecorder, thread_id: &str, turn_id: &str) -> Self {
+        EventWriter {
+            recorder,
+            thread_id: thread_id.to_owned(),
+            turn_id: turn_id.to_owned(),
+            buffer: EventBuffer::default(),
+            writes: Arc::default(),
+        }
+    }
+
     pub(crate) async fn write(&self, step: &str) -> noetic_core::Result<()> {
+        let place = self.writes.fetch_add(1, Ordering::SeqCst);
         let batch = self.buffer.take();
         self.recorder
-            .append_events(&self.thread_id, &self.turn_id, step, &batch)
+            .append_events(
+                &self.thread_id,
+                &self.turn_id,
+                &format!("{place}:{step}"),
+                &batch,
+            )
             .await
     }
 }

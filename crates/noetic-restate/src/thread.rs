@@ -18,7 +18,7 @@ use noetic_core::{EventSink, FrameworkEvent};
 
 use crate::inbox::{LastTurn, NoeticInboxClient, SteerInput};
 use crate::journal::{Bridge, Call, DecisionCall, StepCall};
-use crate::record::{EventBuffer, EventWriter, Records, Tee, read_history};
+use crate::record::{EventWriter, Records, Tee, read_history};
 
 /// What `turn` takes: the user's message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -120,12 +120,10 @@ impl NoeticThread {
             recorder: self.recorder.as_ref(),
             thread_id: ctx.key().to_owned(),
             turn_id: invocation_id.clone(),
-            events: self.recorder.as_ref().map(|recorder| EventWriter {
-                recorder: recorder.clone(),
-                thread_id: ctx.key().to_owned(),
-                turn_id: invocation_id.clone(),
-                buffer: EventBuffer::default(),
-            }),
+            events: self
+                .recorder
+                .as_ref()
+                .map(|recorder| EventWriter::new(recorder.clone(), ctx.key(), &invocation_id)),
         };
         // Outer error: the attempt failed (a store write, say) and Restate retries it; inner: the
         // turn's own outcome.

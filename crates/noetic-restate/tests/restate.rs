@@ -712,3 +712,43 @@ async fn with_a_store_the_thread_s_history_last_turn_and_events_are_there_for_a_
     assert_eq!((stored.history.len(), stored.accepted), (6, 2));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_the_graph_runs_twice_has_both_runs_events_in_the_store() {
+    let server = restate_or_skip!();
+    let dir = tempfile::tempdir().unwrap();
+    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
+        .await
+        .unwrap();
+    let model = ScriptedModel::responding(|_: &RecordedRequest| ScriptedResponse::text("again"));
+    // The same `call_model` step twice: its rounds have the same names both times.
+    let harness = AgentHarness::builder("restate")
+        .provider("scripted", model.clone())
+        .agent_graph(
+            noetic_core::loop_step("twice")
+                .step(
+                    call_model("chat")
+                        .model("scripted-model")
+                        .instructions("Answer."),
+                )
+                .until(noetic_core::until::max_steps(2)),
+        )
+        .build()
+        .unwrap();
+    let host = RestateHost::new(harness).store(Arc::new(store.clone()));
+    let deployed = deploy_host(server, host).await;
+    let turn = deployed.client.execute("t1", "go", "m-1").await.unwrap();
+    deployed
+        .client
+        .output(&turn, WAIT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
+    assert_eq!(model.request_count(), 2);
+    let logged = logged_types(&store, "t1").await;
+    let count = |kind: &str| logged.iter().filter(|seen| *seen == kind).count();
+    assert_eq!(
+        (count("model_call_started"), count("model_call_completed")),
+        (2, 2),
+        "{logged:?}"
+    );
+}
