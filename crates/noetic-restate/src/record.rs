@@ -142,7 +142,8 @@ impl Records<'_> {
         }
     }
 
-    /// Records the turn's end: in the store, or as the object's history state.
+    /// Records the turn's end: in the store, or as the object's history state. (Its last events
+    /// are written after the thread's status says it ended: see the `turn` handler.)
     pub(crate) async fn record(
         &self,
         ctx: &ObjectContext<'_>,
@@ -157,8 +158,7 @@ impl Records<'_> {
         recorder
             .record_turn(&self.thread_id, turn)
             .await
-            .map_err(retryable)?;
-        self.flush("end").await
+            .map_err(retryable)
     }
 }
 

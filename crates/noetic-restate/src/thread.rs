@@ -141,6 +141,9 @@ impl NoeticThread {
             .finish(Json(last))
             .call()
             .await;
+        // The turn's last events (`turn_completed` or `turn_aborted`) are written once the thread's
+        // status says it ended: a client that reads them finds the thread idle.
+        records.flush("end").await?;
         let output = outcome?;
         finished?;
         Ok(Json(output))

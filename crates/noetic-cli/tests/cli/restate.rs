@@ -99,4 +99,32 @@ async fn serve_on_restate_runs_an_http_message_s_turn_there_with_its_approval_an
         .await;
     assert!(status < 300, "{status}");
     assert_eq!(mock.request_count(), 2);
+
+    // A turn waiting for a person is aborted over HTTP: Restate cancels it, and the thread is idle.
+    mock.push(call_reply("echo", &json!({"text": "never"})));
+    let (status, _) = host
+        .post(
+            "/v1/threads/t1/messages",
+            json!({"input": "echo again", "message_id": "m-2"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let mut events = host.events("t1", Some(last_id(&rest))).await;
+    events.until(":approval_requested").await;
+    let (status, aborted) = host.post("/v1/threads/t1/abort", json!({})).await;
+    assert_eq!(status, 200, "{aborted}");
+    let ended = events.until(":turn_aborted").await;
+    assert_eq!(
+        ended.last().unwrap().data["data"]["error_kind"],
+        "CANCELLED",
+        "{ended:?}"
+    );
+    let (_, state) = host.get("/v1/threads/t1").await;
+    assert_eq!(state["status"], "idle", "{state}");
+    assert_eq!(mock.request_count(), 3, "nothing ran after the abort");
+}
+
+/// The sequence number of the last of `events`.
+fn last_id(events: &[crate::fleet::Event]) -> u64 {
+    events.iter().rev().find_map(|event| event.id).unwrap()
 }
