@@ -75,7 +75,7 @@ impl Figures {
             )
         });
         println!(
-            "  {label:<34} {:>7.0} turns/s   CPU per turn: this process {:>7.0} µs{server}",
+            "  {label:<42} {:>7.0} turns/s   CPU per turn: this process {:>7.0} µs{server}",
             self.turns as f64 / self.wall.as_secs_f64(),
             per_turn(self.cpu),
         );
@@ -156,25 +156,41 @@ fn main() {
                 return;
             }
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(
-            RestateHost::new(harness().build().unwrap())
-                .serve(listener, std::future::pending::<()>()),
-        );
         let client = Arc::new(RestateClient::new(server.ingress_url(), server.admin_url()));
-        client.register(&endpoint).await.unwrap();
-        for (parallel, label) in [(1, "Restate, 1 at a time"), (32, "Restate, 32 at once")] {
-            let prefix = format!("restate-{parallel}");
-            let figures = drive(turns, parallel, server.pid(), |n| {
-                let (client, thread) = (client.clone(), format!("{prefix}-{n}"));
-                async move {
-                    let turn = client.execute(&thread, "go", &thread).await.unwrap();
-                    client.output(&turn, Duration::from_secs(60)).await.unwrap();
-                }
-            })
-            .await;
-            figures.print(label);
+        // The history as the object's state, then the threads' record in a SQLite store (the
+        // deployment registered last takes the new invocations).
+        let record_dir = tempfile::tempdir().unwrap();
+        let record: Arc<dyn noetic_core::adapter::durable::DurableStore> = Arc::new(
+            noetic_storage_sqlite::SqliteStorage::open(record_dir.path().join("record.db"))
+                .await
+                .unwrap(),
+        );
+        for (kind, store) in [("Restate", None), ("Restate + SQLite record", Some(record))] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let endpoint = format!("http://{}", listener.local_addr().unwrap());
+            let mut host = RestateHost::new(harness().build().unwrap());
+            if let Some(store) = store {
+                host = host.store(store);
+            }
+            tokio::spawn(host.serve(listener, std::future::pending::<()>()));
+            client.register(&endpoint).await.unwrap();
+            for parallel in [1, 32] {
+                let prefix = format!("{kind}-{parallel}").replace([' ', '+'], "-");
+                let figures = drive(turns, parallel, server.pid(), |n| {
+                    let (client, thread) = (client.clone(), format!("{prefix}-{n}"));
+                    async move {
+                        let turn = client.execute(&thread, "go", &thread).await.unwrap();
+                        client.output(&turn, Duration::from_secs(60)).await.unwrap();
+                    }
+                })
+                .await;
+                let label = if parallel == 1 {
+                    format!("{kind}, 1 at a time")
+                } else {
+                    format!("{kind}, {parallel} at once")
+                };
+                figures.print(&label);
+            }
         }
     });
 }
