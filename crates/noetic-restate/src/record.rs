@@ -144,13 +144,15 @@ impl Records<'_> {
 
     /// Records the turn's end: in the store, or as the object's history state. (Its last events
     /// are written after the thread's status says it ended: see the `turn` handler.)
+    /// `base` gives the history the turn started from (asked for only without a store).
     pub(crate) async fn record(
         &self,
         ctx: &ObjectContext<'_>,
-        mut history: Vec<Item>,
+        base: impl FnOnce() -> Vec<Item>,
         turn: &EngineTurn,
     ) -> HandlerResult<()> {
         let Some(recorder) = self.recorder else {
+            let mut history = base();
             history.extend(turn.items.iter().cloned());
             ctx.set(HISTORY, Json(history));
             return Ok(());

@@ -217,7 +217,7 @@ impl NoeticThread {
         let mut options = ContextOptions::new()
             .id(ctx.invocation_id())
             .thread_id(ctx.key())
-            .items(history.clone())
+            .items(history)
             .step_journal(Arc::new(Bridge {
                 calls,
                 events: records.events.clone(),
@@ -279,18 +279,22 @@ impl NoeticThread {
             }
         };
         let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let (output, spend) = (result, turn.ctx.spend());
-        let output = match output {
-            Ok(Ok(output)) => output,
-            failed => {
-                let error = match failed {
-                    Ok(Err(error)) => error,
-                    Err(join) => Error::Adapter {
-                        code: "RESTATE_TURN_FAILED",
-                        source: format!("the turn's task failed: {join}").into(),
-                    },
-                    Ok(Ok(_)) => unreachable!("matched above"),
-                };
+        let spend = turn.ctx.spend();
+        // The history the turn started from: its context's items before its own.
+        let base = || {
+            let mut history = turn.ctx.items();
+            history.truncate(start);
+            history
+        };
+        let result = result.unwrap_or_else(|join| {
+            Err(Error::Adapter {
+                code: "RESTATE_TURN_FAILED",
+                source: format!("the turn's task failed: {join}").into(),
+            })
+        });
+        let output = match result {
+            Ok(output) => output,
+            Err(error) => {
                 turn.ctx.emit(FrameworkEvent::TurnAborted {
                     turn_id: records.turn_id.clone(),
                     reason: error.to_string(),
@@ -307,7 +311,7 @@ impl NoeticThread {
                         outcome: Err((error.code().to_owned(), error.to_string())),
                         spend,
                     };
-                    records.record(ctx, history, &ended).await?;
+                    records.record(ctx, base, &ended).await?;
                 }
                 return Ok(Err(terminal(&error)));
             }
@@ -330,7 +334,7 @@ impl NoeticThread {
             outcome: Ok(output.clone()),
             spend,
         };
-        records.record(ctx, history, &ended).await?;
+        records.record(ctx, base, &ended).await?;
         let text = match &output {
             Value::String(text) => text.clone(),
             Value::Null => String::new(),
@@ -407,14 +411,11 @@ async fn wait_decision(
     let inbox = || ctx.object_client::<NoeticInboxClient>(ctx.key());
     // Listed while it waits (`status`); journaled calls, so a replay lists it once. Then what led
     // here is written, before the wait (an attempt may end while it waits: the write must not).
-    let listing = inbox().awaiting(Json(request.clone())).call().await;
-    if listing.is_ok() {
-        records
-            .flush(&format!("approval:{}:asked", request.approval_id))
-            .await?;
-    }
-    let decided = match listing {
+    let decided = match inbox().awaiting(Json(request.clone())).call().await {
         Ok(()) => {
+            records
+                .flush(&format!("approval:{}:asked", request.approval_id))
+                .await?;
             ctx.signal::<Json<noetic_core::ApprovalDecision>>(&format!(
                 "approval/{}",
                 request.approval_id
