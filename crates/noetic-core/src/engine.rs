@@ -26,10 +26,15 @@
 //! `session::ThreadRecorder`: history, last turn and event log in the format of durable sessions, each
 //! write idempotent, so a harness on the same store reads the thread and streams its events.
 //!
+//! Inside core a journal is one of the two implementations of the round loop's durability seam
+//! (`step/call_model/durable.rs`); the other is noetic's checkpoints and ledger. The loop asks the
+//! same questions of either: run this round, run this call, record it, take the steers, wait for
+//! these decisions.
+//!
 //! What changes under a journal: a round is never cut mid-stream by a steer (a steer waits for the
 //! next steer point between rounds, as a recorded round must be whole); a replayed round emits no
-//! deltas (its `model_call_started` / `model_call_completed` still come). Without a journal nothing
-//! here runs: one `Option` check per round and per call.
+//! deltas (its `model_call_started` / `model_call_completed` still come). Without a journal, no
+//! result is serialized.
 
 use std::sync::Arc;
 

@@ -472,3 +472,105 @@ async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
         Some(("CANCELLED".to_owned(), "aborted".to_owned()))
     );
 }
+
+/// The round loop's two durabilities: noetic's checkpoints on a durable store, and an engine's
+/// journal. One contract, checked on each: a turn cut while request `k` is in flight and then
+/// carried on (restored from its checkpoint, or replayed from the top against the journal) ends as
+/// an uncut one, asks for only the cut round and those after it, and runs each tool call once.
+#[derive(Clone, Copy, Debug)]
+enum Durability {
+    Checkpoints,
+    Journal,
+}
+
+/// What a cut-and-carried-on turn gave: output, items, the requests the second attempt made, and how
+/// often each call ran.
+struct CarriedOn {
+    output: String,
+    items: Value,
+    requests: Vec<noetic_test_support::RecordedRequest>,
+    call_runs: Vec<usize>,
+}
+
+async fn cut_and_carry_on(durability: Durability, k: usize) -> CarriedOn {
+    use crate::support::{harness as durable_harness, json_of, run_until};
+
+    let counts = Arc::new(Counts::default());
+    let (stalled, mut stop) = mpsc::unbounded_channel();
+    let first = model(0, Some(k), Some(stalled));
+    let second = model(k, None, None);
+    let (output, items) = match durability {
+        Durability::Checkpoints => {
+            let store = Arc::new(noetic_core::KvDurableStore::in_memory());
+            let tool = || echo_tool(counts.clone(), None);
+            let crashed = durable_harness(&store, &first, tool(), counts.clone());
+            let id = run_until(&crashed, &mut stop).await;
+            let resumed = durable_harness(&store, &second, tool(), counts.clone());
+            let ctx = resumed
+                .restore(&id, noetic_core::RestoreOptions::new())
+                .await
+                .unwrap();
+            let graph = resumed.agent_graph::<String, String>().unwrap();
+            let output = resumed.resume_with(&graph, &ctx).await.unwrap();
+            ctx.close().await;
+            (output, json_of(&ctx.items()))
+        }
+        Durability::Journal => {
+            let journal = Recorded::new(Vec::new());
+            let crashed = harness(&first, &counts);
+            tokio::select! {
+                result = run(&crashed, &journal) => {
+                    panic!("meant to be cut, ended: {result:?}")
+                }
+                _ = stop.recv() => {}
+            }
+            let replay = Recorded::new(journal.entries());
+            let items = harness_items(&harness(&second, &counts), &replay).await;
+            let output = items.last().and_then(Item::text).unwrap_or_default();
+            (output, json_of(&items))
+        }
+    };
+    assert_eq!(
+        first.request_count(),
+        k + 1,
+        "{durability:?}: cut at request {k}"
+    );
+    CarriedOn {
+        output,
+        items,
+        requests: second.requests(),
+        call_runs: counts.call_runs().values().copied().collect(),
+    }
+}
+
+#[tokio::test]
+async fn either_durability_carries_a_cut_turn_on_paying_only_the_round_in_flight() {
+    let uncut_model = model(0, None, None);
+    let counts = Arc::new(Counts::default());
+    let uncut = harness_items(&harness(&uncut_model, &counts), &Recorded::new(Vec::new())).await;
+    let uncut_requests = uncut_model.requests();
+    for durability in [Durability::Checkpoints, Durability::Journal] {
+        for k in 0..4 {
+            let carried = cut_and_carry_on(durability, k).await;
+            assert_eq!(
+                carried.output, "the answer is three",
+                "{durability:?} at {k}"
+            );
+            assert_eq!(
+                carried.items,
+                crate::support::json_of(&uncut),
+                "{durability:?} at {k}: the same log as an uncut turn"
+            );
+            assert_eq!(
+                carried.requests,
+                uncut_requests[k..],
+                "{durability:?} at {k}: only the cut round and the later ones asked again"
+            );
+            assert!(
+                carried.call_runs.iter().all(|runs| *runs == 1),
+                "{durability:?} at {k}: {:?}",
+                carried.call_runs
+            );
+        }
+    }
+}

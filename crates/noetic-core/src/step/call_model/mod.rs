@@ -4,6 +4,7 @@
 //! has no function calls: it runs the calls, appends their outputs, and asks again. See `rounds.rs` for
 //! the loop and its limits, `stream.rs` for one round under the idle watchdog, `tools.rs` for tool calls.
 
+mod durable;
 mod request;
 mod rounds;
 mod stream;

@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::durable::{self, DurableSteps, StepRecord};
 use super::request::{assemble_step_request, step_input, store};
 use super::stream::{RoundEnv, RoundOutcome, run_round};
 use super::tools::{SKIPPED_BY_STEER, ToolSet, run_calls};
 use super::{CallModelSpec, EmitPolicy};
-use crate::checkpoint::Journal;
 use crate::checkpoint::record::Cursor;
 use crate::context::Applied;
 use crate::context::{Context, StepMeta};
@@ -66,15 +66,13 @@ pub(crate) async fn execute(
     let (provider_name, provider) =
         runtime.resolve_provider(spec.provider.as_deref(), &spec.model)?;
 
-    // On a durable root: this step's ledger path, and where it stood at the last checkpoint when it is
-    // being resumed (its completed rounds are in the log already; none of them is requested again).
-    let journal = ctx.journal();
-    let path = journal.map(|journal| journal.current_path());
-    let resumed = journal
-        .zip(path.as_deref())
-        .and_then(|(journal, path)| journal.cursor(path));
+    // Where this step's rounds are recorded, and where it stood at the last record when it is being
+    // resumed (its completed rounds are in the log already; none of them is requested again).
+    let steps = durable::steps(ctx);
+    let record = steps.record(ctx);
+    let resumed = record.resumed.as_ref();
     // Where the step's new items start, for the layers' `store` (its input message included).
-    let (step_start, step_input, first_new_item) = match &resumed {
+    let (step_start, step_input, first_new_item) = match resumed {
         Some(cursor) => {
             // A root input was stored when the step first started; anything else is request-only.
             let step_input = match origin {
@@ -102,7 +100,7 @@ pub(crate) async fn execute(
     let layers = by_slot(&ctx.layers());
     // A resumed step's request is rebuilt as the first one was — from the history before the step —
     // followed by the items of its recorded rounds, in order.
-    let history_end = resumed.as_ref().map(|_| first_new_item);
+    let history_end = resumed.map(|_| first_new_item);
     let (instructions, mut conversation, layer_usage) = assemble_step_request(
         ctx,
         &layers,
@@ -132,10 +130,11 @@ pub(crate) async fn execute(
         layers: &layers,
         instructions: instructions.as_deref(),
         conversation,
-        journal: journal.zip(path.as_deref()),
+        steps,
+        record: &record,
         step_start,
         first_new_item,
-        state: RoundState::new(resumed.as_ref()),
+        state: RoundState::new(resumed),
     };
     let text = match rounds.run().await {
         Ok(text) => text,
@@ -248,8 +247,9 @@ struct RoundLoop<'a> {
     instructions: Option<&'a str>,
     /// What the next request sends as input.
     conversation: Vec<Item>,
-    /// The durable root's journal and this step's ledger path.
-    journal: Option<(&'a Arc<Journal>, &'a str)>,
+    /// How the step's rounds and calls are made durable, and where its rounds are recorded.
+    steps: &'a dyn DurableSteps,
+    record: &'a StepRecord<'a>,
     step_start: usize,
     first_new_item: usize,
     state: RoundState,
@@ -261,8 +261,11 @@ impl RoundLoop<'_> {
     async fn run(&mut self) -> std::result::Result<String, Stop> {
         loop {
             self.ctx.check_aborted()?;
-            self.offer_steers_before_round();
-            self.take_journaled_steers().await?;
+            let applied = self
+                .steps
+                .steers_before_round(self.ctx, self.step_id, self.state.round)
+                .await?;
+            self.apply_steers(applied, SteerPoint::BeforeRound);
             let response = match self.request().await? {
                 RoundOutcome::Finished(response) => response,
                 RoundOutcome::Steered { completed, applied } => {
@@ -324,37 +327,6 @@ impl RoundLoop<'_> {
         }
     }
 
-    /// Offers `before_round` steer points: before every request of the turn but its first.
-    fn offer_steers_before_round(&mut self) {
-        if let Some(inbox) = self.ctx.steers()
-            && inbox.mark_request()
-            && inbox.has_pending()
-        {
-            let applied = inbox.take(SteerPoint::BeforeRound, self.ctx);
-            self.apply_steers(applied, SteerPoint::BeforeRound);
-        }
-    }
-
-    /// Under a step journal, takes the engine's steers before every request of the step but its
-    /// first, and applies them as `before_round` steers.
-    async fn take_journaled_steers(&mut self) -> Result<()> {
-        let Some(journal) = self.ctx.step_journal() else {
-            return Ok(());
-        };
-        if self.state.round == 0 {
-            return Ok(());
-        }
-        let name = format!("steers:{}:{}", self.step_id, self.state.round);
-        let steers = journal.steers(name).await?;
-        let mut applied = Applied::default();
-        for steer in steers {
-            applied.message_ids.push(steer.message_id);
-            applied.items.extend(steer.items);
-        }
-        self.apply_steers(applied, SteerPoint::BeforeRound);
-        Ok(())
-    }
-
     /// Sends the next request (with `continue` when it is a recovery round) and consumes its stream.
     async fn request(&mut self) -> Result<RoundOutcome> {
         let (ctx, emit, spec) = (self.ctx, self.env.emit, self.spec);
@@ -381,24 +353,8 @@ impl RoundLoop<'_> {
         request.round = self.state.round;
         request.thread_id = ctx.thread_id();
         request.resource_id = ctx.resource_id();
-        let result = match ctx.step_journal() {
-            None => run_round(&self.env, &request).await,
-            // A journaled round is whole: `run_round` is not cut by a steer under a journal.
-            Some(journal) => {
-                let name = format!("round:{}:{}", self.step_id, self.state.round);
-                crate::engine::journaled(journal, name, async {
-                    match run_round(&self.env, &request).await? {
-                        RoundOutcome::Finished(response) => Ok(response),
-                        RoundOutcome::Steered { .. } => Err(crate::Error::EngineJournal {
-                            step: String::new(),
-                            message: "a journaled round was cut by a steer".to_owned(),
-                        }),
-                    }
-                })
-                .await
-                .map(RoundOutcome::Finished)
-            }
-        };
+        let run = Box::pin(run_round(&self.env, &request));
+        let result = self.steps.round(self.step_id, self.state.round, run).await;
         if carry_continue {
             self.conversation.pop();
         }
@@ -558,23 +514,17 @@ impl RoundLoop<'_> {
         Ok(())
     }
 
-    /// Records a round boundary on a durable root: the round's items are in the log, the next request
-    /// is `round + 1` and `tool_rounds` rounds' calls ran (or are running).
+    /// Records a round boundary: the round's items are in the log, the next request is `round + 1`
+    /// and `tool_rounds` rounds' calls ran (or are running).
     async fn record_round(&self, tool_rounds: u32) -> Result<()> {
-        let Some((journal, path)) = self.journal else {
-            return Ok(());
+        let cursor = Cursor {
+            step_start: self.step_start,
+            first_new_item: self.first_new_item,
+            round: self.state.round + 1,
+            tool_rounds,
+            spend: self.state.spend,
         };
-        journal.set_cursor(
-            path,
-            Cursor {
-                step_start: self.step_start,
-                first_new_item: self.first_new_item,
-                round: self.state.round + 1,
-                tool_rounds,
-                spend: self.state.spend,
-            },
-        );
-        self.ctx.checkpoint().await
+        self.steps.round_kept(self.ctx, self.record, cursor).await
     }
 
     /// Appends applied steers (role and content parts as sent) to the log and the conversation, and

@@ -123,8 +123,10 @@ async fn run_round_traced(env: &RoundEnv<'_>, request: &ModelRequest<'_>) -> Res
     let mut last_event = Instant::now();
     watchdog.as_mut().reset(last_event + idle_timeout);
     let mut first = true;
-    // Under an engine's journal a round is recorded whole: no steer cuts it.
-    let steers = ctx.steers().filter(|_| ctx.step_journal().is_none());
+    // A recorded round is whole where its durability asks it (an engine's journal): no steer cuts it.
+    let steers = ctx
+        .steers()
+        .filter(|_| super::durable::steps(ctx).cuts_rounds());
     loop {
         let next = tokio::select! {
             biased;

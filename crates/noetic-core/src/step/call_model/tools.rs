@@ -8,8 +8,9 @@ use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use serde_json::Value;
 
 use super::EmitPolicy;
+use super::durable::steps;
 use crate::Result;
-use crate::approval::{ApprovalDecision, ApprovalRequest, Waiting};
+use crate::approval::{ApprovalDecision, ApprovalRequest};
 use crate::context::Applied;
 use crate::context::Context;
 use crate::event::FrameworkEvent;
@@ -59,7 +60,7 @@ impl ToolSet {
 /// The outcome of one call: the output text, whether it reports an error, and whether the call
 /// failed (its output item is marked `is_error`) rather than never ran (skipped or aborted).
 #[derive(serde::Serialize, serde::Deserialize)]
-struct CallOutcome {
+pub(super) struct CallOutcome {
     output: String,
     error: bool,
     failed: bool,
@@ -76,7 +77,7 @@ impl CallOutcome {
     }
 
     /// The call never ran to an end (skipped by a steer, aborted): `output` says so.
-    fn not_run(output: String) -> Self {
+    pub(super) fn not_run(output: String) -> Self {
         CallOutcome {
             output,
             error: true,
@@ -128,19 +129,15 @@ pub(super) async fn run_calls(
             .map(|call| approval_needed(call, tools, ctx))
             .collect();
         if asks.iter().any(Option::is_some) {
-            if let Some(journal) = ctx
-                .step_journal()
-                .filter(|journal| journal.decides_approvals())
-            {
-                return run_with_engine_approvals(calls, asks, tools, ctx, emit, journal).await;
-            }
-            return run_with_approvals(calls, asks, tools, ctx, emit).await;
+            return steps(ctx).gated_calls(calls, asks, tools, ctx, emit).await;
         }
     }
+    let steps = steps(ctx);
     let mut items = Vec::with_capacity(calls.len());
     if concurrency <= 1 {
+        let steers = ctx.steers().filter(|_| steps.cuts_rounds());
         for (index, call) in calls.iter().enumerate() {
-            if let Some(inbox) = ctx.steers().filter(|inbox| inbox.has_pending()) {
+            if let Some(inbox) = steers.filter(|inbox| inbox.has_pending()) {
                 let applied = inbox.take(SteerPoint::BeforeToolCall, ctx);
                 if !applied.is_empty() {
                     for skipped in &calls[index..] {
@@ -155,9 +152,7 @@ pub(super) async fn run_calls(
             }
             let outcome = start_call(call, tools, ctx, emit).await?;
             items.push(record(ctx, call, outcome, emit));
-            // On a durable root each output is recorded as it arrives: a recorded call never runs
-            // again after a crash.
-            ctx.checkpoint().await?;
+            steps.call_kept(ctx).await?;
         }
         return Ok(CallsOutcome {
             outputs: items,
@@ -175,7 +170,7 @@ pub(super) async fn run_calls(
     let mut index = 0;
     while let Some(outcome) = outcomes.try_next().await? {
         items.push(record(ctx, &calls[index], outcome, emit));
-        ctx.checkpoint().await?;
+        steps.call_kept(ctx).await?;
         index += 1;
     }
     Ok(CallsOutcome {
@@ -232,109 +227,9 @@ fn approval_needed(
     })
 }
 
-/// A round with calls that need approval: every request is made at once, the other calls run (in
-/// order), then each gated call waits for its decision and runs or gets its rejection, in order.
-/// Every output is recorded as it comes, so the log holds the ungated outputs first. Steers wait
-/// for the next steer point after the round (the calls are not skipped for them).
-async fn run_with_approvals(
-    calls: &[FunctionCallItem],
-    asks: Vec<Option<ApprovalRequest>>,
-    tools: &ToolSet,
-    ctx: &Context,
-    emit: &EmitPolicy,
-) -> Result<CallsOutcome> {
-    let approvals = ctx.runtime().approvals();
-    // A durable turn's requests are kept in the store too: a restarted harness lists them.
-    let durable = ctx.journal().is_some();
-    let mut waits: Vec<Option<Waiting>> = Vec::with_capacity(asks.len());
-    for ask in asks {
-        let Some(request) = ask else {
-            waits.push(None);
-            continue;
-        };
-        crate::telemetry::approval_requested(ctx.runtime().name(), &request.tool);
-        // Announced only once it waits: whoever reads the event may decide at once.
-        let event = emit.active(ctx).then(|| FrameworkEvent::ApprovalRequested {
-            approval_id: request.approval_id.clone(),
-            call_id: request.call_id.clone(),
-            tool: request.tool.clone(),
-            arguments: request.arguments.clone(),
-        });
-        waits.push(Some(approvals.ask_durably(request, durable).await?));
-        if let Some(event) = event {
-            emit.emit(ctx, event);
-        }
-    }
-    let (gated, ungated): (Vec<usize>, Vec<usize>) =
-        (0..calls.len()).partition(|index| waits[*index].is_some());
-    let mut items = Vec::with_capacity(calls.len());
-    let thread = ctx.thread_id().unwrap_or(DEFAULT_THREAD);
-    for index in ungated.into_iter().chain(gated) {
-        let call = &calls[index];
-        let was_gated = waits[index].is_some();
-        let outcome = match waits[index].take() {
-            None => start_call(call, tools, ctx, emit).await?,
-            Some(mut waiting) => match until_cancelled(ctx, waiting.decision()).await {
-                Some(Some(decision)) => {
-                    let approval_id = ctx.idempotency_key(&call.call_id);
-                    decided(call, approval_id, decision, tools, ctx, emit).await?
-                }
-                // Cancelled while waiting (or the request was replaced): this call and the other
-                // waiting ones get an output, so the history stays valid; then the cancel goes on.
-                _ => {
-                    items.push(record(
-                        ctx,
-                        call,
-                        CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                        emit,
-                    ));
-                    let mut answered = vec![call];
-                    for (later, wait) in waits.iter_mut().enumerate() {
-                        if wait.take().is_some() {
-                            items.push(record(
-                                ctx,
-                                &calls[later],
-                                CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                                emit,
-                            ));
-                            answered.push(&calls[later]);
-                        }
-                    }
-                    if durable {
-                        for call in answered {
-                            approvals
-                                .forget(thread, &ctx.idempotency_key(&call.call_id))
-                                .await?;
-                        }
-                    }
-                    ctx.check_aborted()?;
-                    // Not cancelled: the request was replaced by a newer ask of the same call,
-                    // which answers it. Nothing of this round is left to run.
-                    return Ok(CallsOutcome {
-                        outputs: items,
-                        steered: None,
-                    });
-                }
-            },
-        };
-        items.push(record(ctx, call, outcome, emit));
-        ctx.checkpoint().await?;
-        if was_gated {
-            // Answered and recorded: the request is done with.
-            approvals
-                .forget(thread, &ctx.idempotency_key(&call.call_id))
-                .await?;
-        }
-    }
-    Ok(CallsOutcome {
-        outputs: items,
-        steered: None,
-    })
-}
-
 /// A gated call once decided: `approval_decided` emitted, then the call run (approved) or answered
 /// with its rejection.
-async fn decided(
+pub(super) async fn decided(
     call: &FunctionCallItem,
     approval_id: String,
     decision: ApprovalDecision,
@@ -363,78 +258,6 @@ async fn decided(
     }
 }
 
-/// [`run_with_approvals`] under an engine's journal that keeps approval waits: the ungated calls run
-/// first (in order), then each gated call announces its request and waits for the engine's
-/// decision (`StepJournal::decision`), and runs or gets its rejection. Nothing is registered with
-/// the harness's in-process approvals.
-async fn run_with_engine_approvals(
-    calls: &[FunctionCallItem],
-    mut asks: Vec<Option<ApprovalRequest>>,
-    tools: &ToolSet,
-    ctx: &Context,
-    emit: &EmitPolicy,
-    journal: &std::sync::Arc<dyn crate::engine::StepJournal>,
-) -> Result<CallsOutcome> {
-    let (gated, ungated): (Vec<usize>, Vec<usize>) =
-        (0..calls.len()).partition(|index| asks[*index].is_some());
-    let mut items = Vec::with_capacity(calls.len());
-    for index in ungated.into_iter().chain(gated) {
-        let call = &calls[index];
-        let outcome = match asks[index].take() {
-            None => start_call(call, tools, ctx, emit).await?,
-            Some(request) => {
-                crate::telemetry::approval_requested(ctx.runtime().name(), &request.tool);
-                if emit.active(ctx) {
-                    emit.emit(
-                        ctx,
-                        FrameworkEvent::ApprovalRequested {
-                            approval_id: request.approval_id.clone(),
-                            call_id: request.call_id.clone(),
-                            tool: request.tool.clone(),
-                            arguments: request.arguments.clone(),
-                        },
-                    );
-                }
-                match until_cancelled(ctx, journal.decision(&request)).await {
-                    Some(decision) => {
-                        decided(call, request.approval_id, decision?, tools, ctx, emit).await?
-                    }
-                    // Cancelled while waiting: this call and the other waiting ones get an output,
-                    // so the history stays valid; then the cancel goes on.
-                    None => {
-                        items.push(record(
-                            ctx,
-                            call,
-                            CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                            emit,
-                        ));
-                        for (later, ask) in asks.iter_mut().enumerate() {
-                            if ask.take().is_some() {
-                                items.push(record(
-                                    ctx,
-                                    &calls[later],
-                                    CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                                    emit,
-                                ));
-                            }
-                        }
-                        ctx.check_aborted()?;
-                        return Ok(CallsOutcome {
-                            outputs: items,
-                            steered: None,
-                        });
-                    }
-                }
-            }
-        };
-        items.push(record(ctx, call, outcome, emit));
-    }
-    Ok(CallsOutcome {
-        outputs: items,
-        steered: None,
-    })
-}
-
 /// A call's arguments: its JSON text parsed (no text at all is an empty object: some providers send
 /// none for a tool without parameters).
 fn parse_arguments(call: &FunctionCallItem) -> std::result::Result<Value, ()> {
@@ -446,7 +269,12 @@ fn parse_arguments(call: &FunctionCallItem) -> std::result::Result<Value, ()> {
 }
 
 /// Appends a call's output item and emits `tool_call_completed`.
-fn record(ctx: &Context, call: &FunctionCallItem, outcome: CallOutcome, emit: &EmitPolicy) -> Item {
+pub(super) fn record(
+    ctx: &Context,
+    call: &FunctionCallItem,
+    outcome: CallOutcome,
+    emit: &EmitPolicy,
+) -> Item {
     let item = if outcome.failed {
         Item::function_call_error(call.call_id.clone(), outcome.output.clone())
     } else {
@@ -467,7 +295,7 @@ fn record(ctx: &Context, call: &FunctionCallItem, outcome: CallOutcome, emit: &E
     item
 }
 
-async fn start_call(
+pub(super) async fn start_call(
     call: &FunctionCallItem,
     tools: &ToolSet,
     ctx: &Context,
@@ -485,15 +313,9 @@ async fn start_call(
         );
     }
     let span = crate::telemetry::tool_span(&call.name, &call.call_id);
-    let outcome = match ctx.step_journal() {
-        None => run_call(call, tools, ctx).instrument(span.clone()).await,
-        // Replayed, a recorded call does not run again (see `crate::engine`).
-        Some(journal) => {
-            let name = format!("tool:{}", call.call_id);
-            let run = run_call(call, tools, ctx).instrument(span.clone());
-            crate::engine::journaled(journal, name, async { Ok(run.await) }).await?
-        }
-    };
+    // Under an engine's journal a replayed, recorded call does not run again (see `durable`).
+    let run = run_call(call, tools, ctx).instrument(span.clone()).map(Ok);
+    let outcome = steps(ctx).tool_call(&call.call_id, Box::pin(run)).await?;
     if outcome.error {
         crate::telemetry::record_tool_error(&span);
     }
