@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::error::error;
-use crate::inbox::{SteerInput, SteerOutcome, ThreadStatus};
-use crate::thread::{AbortInput, TurnInput, TurnOutput};
+use crate::inbox::{Accepted, MessageInput, SteerOutcome, ThreadStatus};
+use crate::thread::{AbortInput, TurnOutput};
 
 /// How long a request to the server may take, except [`RestateClient::output`]'s wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -19,10 +19,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct TurnHandle {
     /// The thread the turn belongs to.
     pub thread: String,
-    /// The invocation running (or that ran) the turn.
+    /// The invocation of the turn that answers the message (queued, running or ended).
     pub invocation_id: String,
-    /// Whether an earlier `execute` with the same message id was accepted already (this one was
-    /// deduplicated).
+    /// Whether an earlier `execute` (or steer) with the same message id was accepted already (this
+    /// one was deduplicated).
     pub duplicate: bool,
 }
 
@@ -57,44 +57,54 @@ impl RestateClient {
         Ok(())
     }
 
-    /// Queues a turn of `thread` on the message `text`, returning at once. `message_id` makes it
-    /// idempotent: the same id again (within the server's idempotency retention, a day by default)
-    /// is the same turn, run once.
+    /// Sends the message `text` to `thread`, returning once the thread's inbox has it: it is the
+    /// input of the thread's next turn, coalesced (in order) with the other messages sent before
+    /// that turn begins, as a session's queued messages are. The handle names that turn.
+    /// `message_id` makes it idempotent: the same id again (within the server's idempotency
+    /// retention, a day by default, and among the inbox's last 256 messages and steers) is the same
+    /// message, taken once (`duplicate`).
     ///
     /// # Errors
     /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
     pub async fn execute(&self, thread: &str, text: &str, message_id: &str) -> Result<TurnHandle> {
         let url = format!(
-            "{}/NoeticThread/{}/turn/send",
+            "{}/NoeticInbox/{}/execute/send",
             self.ingress,
             segment(thread)
         );
-        let input = TurnInput {
+        let input = MessageInput {
             text: text.to_owned(),
-            message_id: Some(message_id.to_owned()),
+            message_id: message_id.to_owned(),
         };
-        let answer: Value = self.post_keyed(&url, &input, message_id).await?;
-        let invocation_id = answer["invocationId"]
+        // A one-way send (idempotent at the ingress), then its short answer.
+        let sent: Value = self.post_keyed(&url, &input, message_id).await?;
+        let inbox_call = sent["invocationId"]
             .as_str()
-            .ok_or_else(|| error("RESTATE_REFUSED", format!("{url} answered {answer}")))?
-            .to_owned();
+            .ok_or_else(|| error("RESTATE_REFUSED", format!("{url} answered {sent}")))?;
+        let attach = format!(
+            "{}/restate/invocation/{}/attach",
+            self.ingress,
+            segment(inbox_call)
+        );
+        let accepted: Accepted = self.call(self.http.get(&attach), &attach).await?;
         Ok(TurnHandle {
             thread: thread.to_owned(),
-            invocation_id,
-            duplicate: answer["status"] == "PreviouslyAccepted",
+            invocation_id: accepted.invocation_id,
+            duplicate: accepted.duplicate || sent["status"] == "PreviouslyAccepted",
         })
     }
 
     /// Steers `thread`'s running turn with the message `text`: it joins the turn before its next
     /// model request (between rounds; a round in flight is never cut) and is recorded there. With
-    /// no turn running, or if the turn ends before its next request, the message becomes a turn of
-    /// its own. Idempotent by `message_id`, as [`RestateClient::execute`] is.
+    /// no turn running, or if the turn ends before its next request, the message joins the
+    /// thread's next turn, as [`RestateClient::execute`]'s do. Idempotent by `message_id`, as
+    /// `execute` is (the two share the inbox's memory of message ids).
     ///
     /// # Errors
     /// `RESTATE_UNREACHABLE`, `RESTATE_REFUSED`.
     pub async fn steer(&self, thread: &str, text: &str, message_id: &str) -> Result<SteerOutcome> {
         let url = format!("{}/NoeticInbox/{}/push", self.ingress, segment(thread));
-        let input = SteerInput {
+        let input = MessageInput {
             text: text.to_owned(),
             message_id: message_id.to_owned(),
         };

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::inbox::SteerInput;
+use crate::inbox::MessageInput;
 use crate::record::EventWriter;
 
 /// A step's result as the journal keeps it: a failure is recorded too, so a replay takes the same
@@ -41,7 +41,7 @@ pub(crate) enum Call {
     /// Wait, durably, for the decision on a gated call.
     Decision(DecisionCall),
     /// Take the steers waiting in the thread's inbox (a journaled call to `NoeticInbox/take`).
-    Steers(oneshot::Sender<Result<Vec<SteerInput>>>),
+    Steers(oneshot::Sender<Result<Vec<MessageInput>>>),
     /// End the attempt: the turn's events could not be written (Restate retries it).
     Fail(Error),
 }

@@ -7,8 +7,9 @@
 //!
 //! - [`RestateHost`]: serves a harness's agent graph as the `NoeticThread` object on an HTTP/2
 //!   endpoint Restate invokes (register it with [`RestateClient::register`]).
-//! - [`RestateClient`]: `execute` (idempotent by message id), `steer` (through the thread's
-//!   `NoeticInbox` object, taken at each steer point between rounds), `output`, `history`,
+//! - [`RestateClient`]: `execute` (through the thread's `NoeticInbox` object: idempotent by
+//!   message id, messages sent while a turn runs coalesced into the next), `steer` (through the
+//!   inbox too, taken at each steer point between rounds), `output`, `history`,
 //!   `approve` / `reject` (a gated call's wait is a Restate signal), `abort` (prompt when the turn
 //!   runs in the process handling it), and `register`, over the ingress and admin APIs.
 //!
@@ -35,7 +36,7 @@ use tokio::net::TcpListener;
 
 pub use client::{RestateClient, TurnHandle};
 pub use error::CODES;
-pub use inbox::{LastTurn, SteerInput, SteerOutcome, ThreadStatus};
+pub use inbox::{Accepted, LastTurn, MessageInput, SteerOutcome, ThreadStatus};
 pub use thread::{AbortInput, DecideInput, TurnInput, TurnOutput};
 
 /// How long one attempt of a turn may go without journal progress before Restate aborts it, by

@@ -1,7 +1,7 @@
 //! `NoeticThread`: a thread as a Restate virtual object keyed by its id. `turn` (exclusive: one
-//! at a time per thread, queued by Restate) runs the harness's agent graph on the thread's history
-//! with its model rounds and tool calls journaled; `history` (shared) reads the history while a
-//! turn runs.
+//! at a time per thread, queued by Restate; sent by the thread's inbox) runs the harness's agent
+//! graph on the thread's history and the messages the inbox hands it, with its model rounds and
+//! tool calls journaled; `history` (shared) reads the history while a turn runs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,14 +13,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use noetic_core::session::{EngineTurn, ThreadRecorder};
+use noetic_core::session::{EngineMessage, EngineTurn, ThreadRecorder};
 use noetic_core::{EventSink, FrameworkEvent};
 
-use crate::inbox::{LastTurn, NoeticInboxClient, SteerInput};
+use crate::inbox::{LastTurn, MessageInput, NoeticInboxClient};
 use crate::journal::{Bridge, Call, DecisionCall, StepCall};
 use crate::record::{EventWriter, Records, Tee, read_history};
 
-/// What `turn` takes: the user's message.
+/// What `turn` takes: the first message of its batch. The inbox hands the turn the whole batch
+/// when it begins; a turn sent straight to the object (not through the inbox) runs this message
+/// alone.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TurnInput {
     /// The message's text.
@@ -112,10 +114,21 @@ impl NoeticThread {
         // Steers from now on wait in the inbox for this turn's steer points; the ones it does not
         // take become turns of their own when it ends, however it ends.
         let invocation_id = ctx.invocation_id().to_owned();
-        ctx.object_client::<NoeticInboxClient>(ctx.key())
+        let Json(batch) = ctx
+            .object_client::<NoeticInboxClient>(ctx.key())
             .begin(Json(invocation_id.clone()))
             .call()
             .await?;
+        // The messages queued for this turn, coalesced; a turn sent straight to the object (not
+        // through the inbox) has its own input alone.
+        let messages = if batch.is_empty() {
+            vec![MessageInput {
+                message_id: input.message_id.unwrap_or_else(|| invocation_id.clone()),
+                text: input.text,
+            }]
+        } else {
+            batch
+        };
         let records = Records {
             recorder: self.recorder.as_ref(),
             thread_id: ctx.key().to_owned(),
@@ -127,7 +140,7 @@ impl NoeticThread {
         };
         // Outer error: the attempt failed (a store write, say) and Restate retries it; inner: the
         // turn's own outcome.
-        let outcome = self.run_turn(&ctx, &records, input).await?;
+        let outcome = self.run_turn(&ctx, &records, messages).await?;
         let last = LastTurn {
             invocation_id,
             text: outcome.as_ref().ok().map(|output| output.text.clone()),
@@ -136,11 +149,13 @@ impl NoeticThread {
                 .err()
                 .map(|error| error.message().to_owned()),
         };
-        let finished = ctx
-            .object_client::<NoeticInboxClient>(ctx.key())
-            .finish(Json(last))
-            .call()
-            .await;
+        let inbox = || ctx.object_client::<NoeticInboxClient>(ctx.key());
+        let mut finished = inbox().finish(Json(last.clone())).call().await;
+        if matches!(&finished, Err(error) if error.code() == 409) {
+            // An abort's cancel that reached the invocation as the turn ended lands on this call
+            // (Restate delivers it once, at the next await): the inbox must still hear of the end.
+            finished = inbox().finish(Json(last)).call().await;
+        }
         // The turn's last events (`turn_completed` or `turn_aborted`) are written once the thread's
         // status says it ended: a client that reads them finds the thread idle.
         records.flush("end").await?;
@@ -177,7 +192,8 @@ impl NoeticThread {
     /// Aborts a turn of the thread: cancels its invocation and, when the turn runs in this process,
     /// aborts it here at once, so a round streaming now is cut (dropped, its spend accounted as a
     /// cancel's is) rather than run to its end. A turn running in another process learns of the
-    /// cancel from Restate at its next step. Shared: answers while the turn runs.
+    /// cancel from Restate at its next step; a turn not begun yet (the thread's next) is dropped with
+    /// its messages. Shared: answers while the turn runs.
     #[handler]
     async fn abort(
         &self,
@@ -187,7 +203,13 @@ impl NoeticThread {
         if let Some(turn) = lock(&self.running).get(&input.invocation_id) {
             turn.abort(Some("aborted through Restate".to_owned()));
         }
-        ctx.invocation_handle(input.invocation_id).cancel();
+        ctx.invocation_handle(input.invocation_id.clone()).cancel();
+        // A turn not begun never will: its messages go with it.
+        drop(
+            ctx.object_client::<NoeticInboxClient>(ctx.key())
+                .dropped(Json(input.invocation_id))
+                .send(),
+        );
         Ok(())
     }
 
@@ -199,14 +221,14 @@ impl NoeticThread {
 }
 
 impl NoeticThread {
-    /// The turn itself: `input` appended to the history, the agent graph run with each model round
-    /// and tool call a journaled step, the turn's new items recorded. The outer error ends the
-    /// attempt (Restate retries it); the inner result is the turn's outcome.
+    /// The turn itself: `messages` appended to the history, the agent graph run with each model
+    /// round and tool call a journaled step, the turn's new items recorded. The outer error ends
+    /// the attempt (Restate retries it); the inner result is the turn's outcome.
     async fn run_turn(
         &self,
         ctx: &ObjectContext<'_>,
         records: &Records<'_>,
-        input: TurnInput,
+        messages: Vec<MessageInput>,
     ) -> HandlerResult<Result<TurnOutput, TerminalError>> {
         let history = records.history(ctx).await?;
         let start = history.len();
@@ -234,28 +256,32 @@ impl NoeticThread {
             Ok(graph) => graph,
             Err(error) => return Ok(Err(terminal(&error))),
         };
-        let message_id = input
-            .message_id
-            .clone()
-            .unwrap_or_else(|| records.turn_id.clone());
+        let messages: Vec<EngineMessage> = messages
+            .into_iter()
+            .map(|message| EngineMessage {
+                id: message.message_id,
+                items: vec![Item::user_text(message.text)],
+            })
+            .collect();
         turn_ctx.emit(FrameworkEvent::TurnStarted {
             turn_id: records.turn_id.clone(),
-            message_ids: vec![message_id.clone()],
+            message_ids: messages.iter().map(|message| message.id.clone()).collect(),
         });
         // Followers see the turn start now, not when its first round is journaled.
         records.flush("start").await?;
         lock(&self.running).insert(records.turn_id.clone(), turn_ctx.clone());
-        let message = vec![Item::user_text(input.text.clone())];
+        let items: Vec<Item> = messages
+            .iter()
+            .flat_map(|message| message.items.iter().cloned())
+            .collect();
         let mut turn = TurnTask {
             running: self.running.clone(),
             invocation_id: records.turn_id.clone(),
             ctx: turn_ctx.clone(),
             task: tokio::spawn({
-                let (harness, turn_ctx) = (self.harness.clone(), turn_ctx.clone());
+                let turn_ctx = turn_ctx.clone();
                 async move {
-                    let result = harness
-                        .run(&graph, Value::String(input.text), &turn_ctx)
-                        .await;
+                    let result = turn_ctx.run_turn(&graph, items).await;
                     turn_ctx.close().await;
                     result
                 }
@@ -305,8 +331,7 @@ impl NoeticThread {
                 if records.recorder.is_some() {
                     let ended = EngineTurn {
                         turn_id: records.turn_id.clone(),
-                        message_id,
-                        message,
+                        messages,
                         items: Vec::new(),
                         outcome: Err((error.code().to_owned(), error.to_string())),
                         spend,
@@ -328,8 +353,7 @@ impl NoeticThread {
         });
         let ended = EngineTurn {
             turn_id: records.turn_id.clone(),
-            message_id,
-            message,
+            messages,
             items: new_items,
             outcome: Ok(output.clone()),
             spend,
@@ -386,7 +410,7 @@ fn journal_error(error: &TerminalError, step: String) -> Error {
 /// Takes the steers waiting in the thread's inbox: a journaled call, so a replay gets the same.
 async fn take_steers(
     ctx: &ObjectContext<'_>,
-    reply: tokio::sync::oneshot::Sender<noetic_core::Result<Vec<SteerInput>>>,
+    reply: tokio::sync::oneshot::Sender<noetic_core::Result<Vec<MessageInput>>>,
 ) {
     let taken = ctx
         .object_client::<NoeticInboxClient>(ctx.key())

@@ -279,43 +279,76 @@ async fn in_always_replay_mode_every_step_is_replayed_and_nothing_runs_twice() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thread_s_turns_run_one_at_a_time_in_order_and_threads_run_side_by_side() {
+async fn a_thread_s_turns_run_one_at_a_time_its_messages_sent_meanwhile_coalesced_and_threads_side_by_side()
+ {
     let server = restate_or_skip!();
     let runs = Arc::new(AtomicUsize::new(0));
-    // Answers with every user message the request carries: a turn that ran beside an earlier one
-    // of its thread would not carry that one's message.
-    let model = ScriptedModel::responding(|request: &RecordedRequest| {
-        ScriptedResponse::text(&format!("seen: {}", request.user_texts().join(" + ")))
-    });
-    let deployed = deploy(server, harness(&model, &runs)).await;
+    let model = noetic_test_support::PacedModel::new();
+    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
     let client = &deployed.client;
-    let (a1, a2, b1) = tokio::join!(
-        client.execute("a", "one", "a-1"),
-        client.execute("a", "two", "a-2"),
-        client.execute("b", "three", "b-1"),
-    );
-    let (a1, a2, b1) = (a1.unwrap(), a2.unwrap(), b1.unwrap());
-    let mut answers = Vec::new();
-    for turn in [&a1, &a2, &b1] {
-        answers.push(client.output(turn, WAIT).await.unwrap().text);
-    }
-    // Sent together, the two turns of `a` ran in some order, the later one after the earlier.
-    let (first, second) = if answers[0] == "seen: one" {
-        ("one", "two")
-    } else {
-        ("two", "one")
+    let asked = async || {
+        tokio::time::timeout(WAIT, model.next_call())
+            .await
+            .expect("a round asked")
     };
-    let mut of_a = vec![answers[0].clone(), answers[1].clone()];
-    of_a.sort();
-    let mut expected = vec![
-        format!("seen: {first}"),
-        format!("seen: {first} + {second}"),
-    ];
-    expected.sort();
-    assert_eq!(of_a, expected);
-    assert_eq!(answers[2], "seen: three");
-    assert_eq!(client.history("a").await.unwrap().len(), 4);
-    assert_eq!(model.request_count(), 3);
+    let a1 = client.execute("a", "one", "a-1").await.unwrap();
+    let round_a1 = asked().await;
+    assert_eq!(round_a1.request.user_texts(), ["one"]);
+    // Another thread's turn runs beside it.
+    let b1 = client.execute("b", "three", "b-1").await.unwrap();
+    let round_b1 = asked().await;
+    assert_eq!(round_b1.request.user_texts(), ["three"]);
+    // Sent while a's turn runs: both wait for a's next turn, one turn, in the order sent.
+    let a2 = client.execute("a", "two", "a-2").await.unwrap();
+    let a3 = client.execute("a", "four", "a-3").await.unwrap();
+    assert_ne!(a2.invocation_id, a1.invocation_id);
+    assert_eq!(
+        a3.invocation_id, a2.invocation_id,
+        "coalesced into one turn"
+    );
+    let status = client.status("a").await.unwrap();
+    assert_eq!(status.running.as_deref(), Some(a1.invocation_id.as_str()));
+    assert_eq!(status.next.as_deref(), Some(a2.invocation_id.as_str()));
+    let queued: Vec<&str> = status
+        .queued_messages
+        .iter()
+        .map(|message| message.message_id.as_str())
+        .collect();
+    assert_eq!(queued, ["a-2", "a-3"]);
+    // The same message again is the same one, taken once.
+    let again = client.execute("a", "two", "a-2").await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.invocation_id, a2.invocation_id);
+
+    round_b1.send_all(ScriptedResponse::text("b done").into_events());
+    drop(round_b1);
+    round_a1.send_all(ScriptedResponse::text("a first").into_events());
+    drop(round_a1);
+    assert_eq!(client.output(&b1, WAIT).await.unwrap().text, "b done");
+    assert_eq!(client.output(&a1, WAIT).await.unwrap().text, "a first");
+    let round_a2 = asked().await;
+    assert_eq!(
+        round_a2.request.user_texts(),
+        ["one", "two", "four"],
+        "the next turn carries both messages, after the first turn's"
+    );
+    round_a2.send_all(ScriptedResponse::text("a second").into_events());
+    drop(round_a2);
+    assert_eq!(client.output(&a2, WAIT).await.unwrap().text, "a second");
+    assert_eq!(client.output(&a3, WAIT).await.unwrap().text, "a second");
+    assert_eq!(
+        texts(&client.history("a").await.unwrap()),
+        [
+            "user: one",
+            "assistant: a first",
+            "user: two",
+            "user: four",
+            "assistant: a second"
+        ]
+    );
+    let status = client.status("a").await.unwrap();
+    assert_eq!((status.running, status.next, status.turns), (None, None, 2));
+    assert_eq!(model.call_count(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,6 +362,23 @@ async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
     let round = tokio::time::timeout(WAIT, model.next_call())
         .await
         .expect("round 1 asked");
+    // A message sent now waits for the next turn; aborting that turn before it begins drops it
+    // with its message.
+    let queued = client.execute("t1", "then this", "m-q").await.unwrap();
+    assert_ne!(queued.invocation_id, turn.invocation_id);
+    client.abort(&queued).await.unwrap();
+    // Cancelled before it began: it has no outcome but its failure (Restate keeps none for an
+    // invocation that never started, so the attach finds none).
+    let dropped = client.output(&queued, WAIT).await.unwrap_err();
+    assert_eq!(dropped.code(), "RESTATE_TURN_FAILED", "{dropped}");
+    let status = status_until(client, "t1", |status| status.next.is_none()).await;
+    assert!(status.queued_messages.is_empty(), "{status:?}");
+    let last = status.last.as_ref().unwrap();
+    assert_eq!(last.invocation_id, queued.invocation_id);
+    assert!(
+        last.error.as_deref().unwrap().starts_with("CANCELLED"),
+        "{last:?}"
+    );
     client.abort(&turn).await.unwrap();
     // The turn runs in this process: the round streaming is cut now, not run to its end.
     tokio::time::timeout(WAIT, round.dropped())
@@ -345,7 +395,7 @@ async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
         "an aborted turn records nothing in this version"
     );
     let status = client.status("t1").await.unwrap();
-    assert_eq!((status.running, status.turns), (None, 1));
+    assert_eq!((status.running, status.next, status.turns), (None, None, 2));
     let last = status.last.unwrap();
     assert_eq!(last.invocation_id, turn.invocation_id);
     assert!(
@@ -360,6 +410,11 @@ async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
     round.send_all(ScriptedResponse::text("done").into_events());
     drop(round);
     assert_eq!(client.output(&next, WAIT).await.unwrap().text, "done");
+    assert_eq!(
+        texts(&client.history("t1").await.unwrap()),
+        ["user: again", "assistant: done"],
+        "the dropped message never ran"
+    );
 }
 
 fn gated_harness(model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> AgentHarness {

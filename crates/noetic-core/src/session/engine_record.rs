@@ -35,16 +35,23 @@ const RECORDED_TURNS: usize = 16;
 pub struct EngineTurn {
     /// The turn's id (stable across the engine's replays: Restate's invocation id).
     pub turn_id: String,
-    /// The message the turn answered: its id and items.
-    pub message_id: String,
-    /// The message's items.
-    pub message: Vec<Item>,
-    /// The items the turn added to the history, the message's own first.
+    /// The messages the turn answered (coalesced, in order).
+    pub messages: Vec<EngineMessage>,
+    /// The items the turn added to the history, the messages' own first.
     pub items: Vec<Item>,
     /// Its output, or its error's code and message.
     pub outcome: std::result::Result<Value, (String, String)>,
     /// What it spent.
     pub spend: Spend,
+}
+
+/// A message an engine's turn answered.
+#[derive(Debug, Clone)]
+pub struct EngineMessage {
+    /// Its id (the `execute` idempotency key).
+    pub id: String,
+    /// Its items, as sent.
+    pub items: Vec<Item>,
 }
 
 /// Writes and reads threads whose turns an engine runs (see the module docs).
@@ -178,7 +185,7 @@ impl ThreadRecorder {
         self.store.commit(commit).await
     }
 
-    /// Records turn `turn.turn_id`'s end in one commit: its message accepted and settled, its
+    /// Records turn `turn.turn_id`'s end in one commit: its messages accepted and settled, its
     /// items appended to the history, its output (or error) as the thread's last, its spend added.
     /// A turn already recorded is not recorded again.
     ///
@@ -195,13 +202,19 @@ impl ThreadRecorder {
         }
         let messages = messages_log(thread_id);
         let message_seq = self.store.next_seq(&messages).await?;
-        let row = MessageRow {
-            schema_version: THREAD_SCHEMA_VERSION,
-            id: turn.message_id.clone(),
-            mode: DeliveryMode::NextTurn,
-            resource_id: None,
-            items: turn.message.clone(),
-        };
+        let rows = turn
+            .messages
+            .iter()
+            .map(|message| {
+                to_bytes(&MessageRow {
+                    schema_version: THREAD_SCHEMA_VERSION,
+                    id: message.id.clone(),
+                    mode: DeliveryMode::NextTurn,
+                    resource_id: None,
+                    items: message.items.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let entries = turn
             .items
             .iter()
@@ -209,7 +222,7 @@ impl ThreadRecorder {
             .collect::<Result<Vec<_>>>()?;
         let first_item = record.history_count;
         record.history_count += entries.len() as u64;
-        record.settled_through = message_seq + 1;
+        record.settled_through = message_seq + rows.len() as u64;
         record.spend += turn.spend;
         record.last = Some(match &turn.outcome {
             Ok(output) => LastRecord {
@@ -227,7 +240,7 @@ impl ThreadRecorder {
         let excess = engine.engine_turns.len().saturating_sub(RECORDED_TURNS);
         engine.engine_turns.drain(..excess);
         let commit = Commit::new()
-            .append(messages, message_seq, vec![to_bytes(&row)?])
+            .append(messages, message_seq, rows)
             .append(
                 history_log(thread_id, record.history_generation),
                 first_item,

@@ -39,7 +39,7 @@ pub use streams::{ItemSnapshot, SessionChunk, TurnOutcome};
 pub use crate::event::EventLogOptions;
 pub use durable::StoredThread;
 pub(crate) use durable::{accept_shared, read_stored, settled_last, threads_with_work};
-pub use engine_record::{EngineTurn, ThreadRecorder};
+pub use engine_record::{EngineMessage, EngineTurn, ThreadRecorder};
 pub(crate) use event_log::{Follow, follow};
 pub(crate) use fleet::{Drive, LetGo, THREAD_LEASES, thread_of};
 pub(crate) use remote::{request_abort, wake};
@@ -49,3 +49,14 @@ pub(crate) use sessions::Sessions;
 pub(crate) use streams::{item_snapshots, text_chunks};
 
 pub use crate::id::DEFAULT_THREAD;
+
+/// A turn's root input: the text of its messages, blank-line separated (messages without text, an
+/// image alone say, add none).
+pub(crate) fn turn_text(messages: &[crate::Item]) -> String {
+    messages
+        .iter()
+        .filter_map(crate::Item::text)
+        .filter(|text| !text.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}

@@ -394,7 +394,7 @@ async fn harness_items(harness: &AgentHarness, journal: &Arc<Recorded>) -> Vec<I
 #[tokio::test]
 async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
     use noetic_core::adapter::durable::DurableStore as _;
-    use noetic_core::session::{EngineTurn, ThreadRecorder};
+    use noetic_core::session::{EngineMessage, EngineTurn, ThreadRecorder};
     use noetic_core::{FrameworkEvent, KvDurableStore, StreamEvent};
 
     let store = Arc::new(KvDurableStore::in_memory());
@@ -427,8 +427,10 @@ async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
 
     let turn = EngineTurn {
         turn_id: "turn-1".to_owned(),
-        message_id: "m-1".to_owned(),
-        message: vec![Item::user_text("hello")],
+        messages: vec![EngineMessage {
+            id: "m-1".to_owned(),
+            items: vec![Item::user_text("hello")],
+        }],
         items: vec![Item::user_text("hello"), Item::assistant_text("hi")],
         outcome: Ok(Value::String("hi".to_owned())),
         spend: noetic_core::Spend::default(),
@@ -452,11 +454,15 @@ async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
     assert_eq!((stored.accepted, stored.pending), (1, 0));
     assert_eq!(stored.last_output, Some(Value::String("hi".to_owned())));
 
-    // A failed turn settles its message and is the thread's last, adding no history.
+    // A failed turn settles its messages (two, coalesced) and is the thread's last, adding no
+    // history.
+    let message = |id: &str, text: &str| EngineMessage {
+        id: id.to_owned(),
+        items: vec![Item::user_text(text)],
+    };
     let failed = EngineTurn {
         turn_id: "turn-2".to_owned(),
-        message_id: "m-2".to_owned(),
-        message: vec![Item::user_text("again")],
+        messages: vec![message("m-2", "again"), message("m-3", "and again")],
         items: Vec::new(),
         outcome: Err(("CANCELLED".to_owned(), "aborted".to_owned())),
         spend: noetic_core::Spend::default(),
@@ -465,7 +471,7 @@ async fn a_thread_recorder_writes_the_session_format_once_per_turn_and_step() {
     let stored = reader.stored_thread("t").await.unwrap().unwrap();
     assert_eq!(
         (stored.history.len(), stored.accepted, stored.pending),
-        (2, 2, 0)
+        (2, 3, 0)
     );
     assert_eq!(
         stored.last_error,
@@ -573,4 +579,41 @@ async fn either_durability_carries_a_cut_turn_on_paying_only_the_round_in_flight
             );
         }
     }
+}
+
+#[tokio::test]
+async fn run_turn_appends_a_turn_s_coalesced_messages_once_as_a_session_turn_does() {
+    let model = noetic_test_support::ScriptedModel::responding(|_| {
+        noetic_test_support::ScriptedResponse::text("both read")
+    });
+    let harness = AgentHarness::builder("engine")
+        .provider("scripted", model.clone())
+        .agent_graph(call_model("chat").model("scripted-model"))
+        .build()
+        .unwrap();
+    let graph = harness.agent_graph::<Value, Value>().unwrap();
+    let history = vec![Item::user_text("before"), Item::assistant_text("noted")];
+    let ctx = harness.create_context(ContextOptions::new().items(history.clone()));
+    let messages = vec![Item::user_text("first"), Item::user_text("second")];
+    let output = ctx.run_turn(&graph, messages.clone()).await.unwrap();
+    ctx.close().await;
+    assert_eq!(output, Value::String("both read".to_owned()));
+    // Each message once, as sent (not their joined text as a third message), then the answer.
+    let items = ctx.items();
+    assert_eq!(items[..2], history[..]);
+    assert_eq!(items[2..4], messages[..]);
+    assert_eq!(items.len(), 5, "{items:?}");
+    assert_eq!(items[4].text().as_deref(), Some("both read"));
+    assert_eq!(
+        model.requests()[0].user_texts(),
+        ["before", "first", "second"]
+    );
+
+    let error = harness
+        .create_context(ContextOptions::new())
+        .run_turn(&graph, Vec::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "INVALID_ARGUMENT");
+    assert!(error.to_string().contains("messages"), "{error}");
 }
