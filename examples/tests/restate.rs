@@ -1,6 +1,7 @@
 //! The Restate example as real processes: its one-command run, and the service process killed
 //! (SIGKILL) mid-round and started again — Restate retries the turn, the recorded round and tool call
-//! come from the journal, only the round in flight is sent to the model again.
+//! come from the journal, only the round in flight is sent to the model again, and followers of the
+//! thread's event log see the round's text as it streams, then `round_restarted` and the text again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -140,9 +141,29 @@ fn the_restate_example_runs_a_turn_on_a_server_of_its_own() {
     assert!(stdout.contains("1 turn(s) ended on the thread"), "{stdout}");
 }
 
+/// The text a client shows for `events`: the text deltas, where a `round_restarted` voids those
+/// before it (the round in flight streams again).
+fn shown_text(events: &[noetic_core::StreamEvent]) -> String {
+    let mut text = String::new();
+    for event in events {
+        match event {
+            noetic_core::StreamEvent::Sdk(noetic_core::ResponseEvent::OutputTextDelta {
+                delta,
+                ..
+            }) => text.push_str(delta),
+            noetic_core::StreamEvent::Framework(noetic_core::FrameworkEvent::RoundRestarted {
+                ..
+            }) => text.clear(),
+            _ => {}
+        }
+    }
+    text
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_the_round_in_flight()
  {
+    use futures_util::StreamExt as _;
     let server = restate_or_skip!();
     let mock = MockServer::start().await;
     let answers = Arc::new(AtomicUsize::new(0));
@@ -150,11 +171,11 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
         let answers = answers.clone();
         move |request| match tool_output(request) {
             None => MockReply::function_call("call_1", "search", &json!({"query": "rust"})),
-            // The first answering round stalls mid-stream: the process dies in it.
+            // The first answering round stalls mid-stream, after its text: the process dies in it.
             Some(output) => {
                 let reply = MockReply::answer(&format!("The tool said {output}"));
                 if answers.fetch_add(1, Ordering::SeqCst) == 0 {
-                    reply.stall_after_events(2)
+                    reply.stall_after_events(3)
                 } else {
                     reply
                 }
@@ -162,24 +183,56 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
         }
     });
     let provider_url = mock.base_url();
+    // The threads' record in a SQLite file, followed by a harness on it as `noetic serve` does.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("threads.db");
+    let store_flag = format!("sqlite:{}", path.display());
+    let extra = ["--store", store_flag.as_str()];
     let client = RestateClient::new(server.ingress_url(), server.admin_url());
-    let (service, address) = deploy(&server, &client, &provider_url, &[]).await;
+    let (service, address) = deploy(&server, &client, &provider_url, &extra).await;
+    let store = noetic_storage_sqlite::SqliteStorage::open(&path)
+        .await
+        .unwrap();
+    let reader = noetic_core::AgentHarness::builder("reader")
+        .provider("scripted", noetic_test_support::ScriptedModel::new())
+        .agent_graph(noetic_core::call_model("chat").model("scripted-model"))
+        .durable(Arc::new(store))
+        .shared_threads()
+        .build()
+        .unwrap();
+    let mut events = reader.sequenced_events(
+        noetic_core::Scope::thread("t1"),
+        noetic_core::Replay::Retained,
+    );
 
     let turn = client.execute("t1", "search rust", "m-1").await.unwrap();
-    tokio::time::timeout(WAIT, mock.wait_for_requests(2))
-        .await
-        .expect("the answering round started");
+    let mut seen = Vec::new();
+    // The stalled round's text reaches followers while it streams: then the process dies.
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let event = events.next().await.expect("the stream goes on").event;
+            let text = matches!(
+                &*event,
+                noetic_core::StreamEvent::Sdk(noetic_core::ResponseEvent::OutputTextDelta { .. })
+            );
+            seen.push((*event).clone());
+            if text {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the answering round's text is in the log while it streams");
+    assert_eq!(mock.request_count(), 2, "the answering round is in flight");
     drop(service); // SIGKILL, mid-round
-    let _service = serve(&address, &provider_url, &[]);
+    let _service = serve(&address, &provider_url, &extra);
 
     let output = client
         .output(&turn, WAIT)
         .await
         .unwrap_or_else(|error| panic!("{error}\n{}", server.log_tail()));
-    assert_eq!(
-        output.text,
-        r#"The tool said {"result":"Results for: rust"}"#
-    );
+    let answer = r#"The tool said {"result":"Results for: rust"}"#;
+    assert_eq!(output.text, answer);
     let requests = mock.requests();
     assert_eq!(
         requests.len(),
@@ -193,6 +246,32 @@ async fn a_service_process_killed_mid_round_is_retried_by_restate_and_pays_only_
         "the retried round carries the journaled call's output"
     );
     assert_eq!(client.history("t1").await.unwrap().len(), 4);
+    // Followers saw the round restart, then its text again: once, as a client shows it.
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let event = events.next().await.expect("the stream goes on").event;
+            let ended = matches!(
+                &*event,
+                noetic_core::StreamEvent::Framework(
+                    noetic_core::FrameworkEvent::TurnCompleted { .. }
+                )
+            );
+            seen.push((*event).clone());
+            if ended {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the turn's end is in the log");
+    assert!(
+        seen.iter().any(|event| matches!(
+            event,
+            noetic_core::StreamEvent::Framework(noetic_core::FrameworkEvent::RoundRestarted { .. })
+        )),
+        "{seen:#?}"
+    );
+    assert_eq!(shown_text(&seen), answer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

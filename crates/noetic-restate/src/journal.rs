@@ -70,13 +70,14 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
-    /// Writes the events gathered up to the end of the journaled step `name`. When that fails,
+    /// Writes the events gathered up to the end of the journaled step `name` (`ran`: this attempt
+    /// ran it). When that fails,
     /// asks the handler to end the attempt and waits for it to (the turn never goes on unwritten).
-    async fn written(&self, name: &str) {
+    async fn written(&self, name: &str, ran: bool) {
         let Some(events) = &self.events else {
             return;
         };
-        if let Err(error) = events.write(name).await {
+        if let Err(error) = events.write(name, ran).await {
             let _ = self.calls.send(Call::Fail(error));
             std::future::pending::<()>().await;
         }
@@ -110,7 +111,10 @@ impl StepJournal for Bridge {
             // Run here only when the engine asks; a replay drops the go-ahead unsent.
             let ran = match go_rx.await {
                 Ok(answer) => {
-                    let result = step.await;
+                    let result = match &self.events {
+                        Some(events) => events.live(&name, step).await,
+                        None => step.await,
+                    };
                     let recorded = match &result {
                         Ok(value) => Recorded::Ok(value.clone()),
                         Err(Error::Cancelled { reason }) => Recorded::Failed {
@@ -129,7 +133,7 @@ impl StepJournal for Bridge {
             };
             let reply = reply_rx.await;
             if matches!(reply, Ok(Ok(_))) {
-                self.written(&name).await;
+                self.written(&name, ran.is_some()).await;
             }
             match (ran, reply) {
                 // Run here and journaled: the step's own result (the journal holds the same).
@@ -165,7 +169,7 @@ impl StepJournal for Bridge {
                 }))
                 .map_err(|_| gone(&name))?;
             let decision = decided.await.map_err(|_| gone(&name))??;
-            self.written(&name).await;
+            self.written(&name, false).await;
             Ok(decision)
         })
     }
@@ -177,7 +181,7 @@ impl StepJournal for Bridge {
                 .send(Call::Steers(reply))
                 .map_err(|_| gone(&name))?;
             let taken = taken.await.map_err(|_| gone(&name))??;
-            self.written(&name).await;
+            self.written(&name, false).await;
             Ok(taken
                 .into_iter()
                 .map(|steer| {

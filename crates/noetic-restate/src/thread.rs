@@ -129,14 +129,17 @@ impl NoeticThread {
         } else {
             batch
         };
+        let message_ids: Vec<String> = messages
+            .iter()
+            .map(|message| message.message_id.clone())
+            .collect();
         let records = Records {
             recorder: self.recorder.as_ref(),
             thread_id: ctx.key().to_owned(),
             turn_id: invocation_id.clone(),
-            events: self
-                .recorder
-                .as_ref()
-                .map(|recorder| EventWriter::new(recorder.clone(), ctx.key(), &invocation_id)),
+            events: self.recorder.as_ref().map(|recorder| {
+                EventWriter::new(recorder.clone(), ctx.key(), &invocation_id, message_ids)
+            }),
         };
         // Outer error: the attempt failed (a store write, say) and Restate retries it; inner: the
         // turn's own outcome.

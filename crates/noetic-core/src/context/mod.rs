@@ -22,6 +22,7 @@ mod drain;
 mod durable;
 mod steers;
 mod transcript;
+mod turn;
 
 use crate::engine::StepJournal;
 use crate::event::{EventSink, FrameworkEvent, StreamEvent};
@@ -37,6 +38,7 @@ pub use steers::OnSteer;
 pub(crate) use steers::{Applied, SteerInbox};
 pub(crate) use transcript::Transcript;
 use transcript::TranscriptRef;
+pub(crate) use turn::turn_text;
 
 /// The deepest a context may be nested before steps refuse to run.
 pub const MAX_DEPTH: u32 = 64;
@@ -443,39 +445,6 @@ impl Context {
         step.validate()?;
         let input = crate::step::encode(step.id(), "input", input)?;
         let output = crate::exec::run(self, &step.node, input, crate::step::Origin::Root).await?;
-        crate::step::decode(step.id(), "output", output)
-    }
-
-    /// Runs a step tree as a session turn does, for an engine that runs a thread's turns itself
-    /// (noetic-restate): `messages` (the turn's user messages, in order, coalesced) are appended to
-    /// the log, and the tree's input is their text, blank-line separated, as a JSON string, marked as
-    /// the turn's messages: a `call_model` does not append it again, and a `spawn` handed it starts
-    /// its child with the messages themselves (roles and parts as sent). Otherwise as
-    /// [`Context::run`].
-    ///
-    /// # Errors
-    /// As [`Context::run`]; `INVALID_ARGUMENT` (naming `messages`) when there are none.
-    ///
-    /// # Cancel safety
-    /// As [`Context::run`]; the messages are in the log once the future is first polled.
-    pub async fn run_turn<I, O: DeserializeOwned>(
-        &self,
-        step: &crate::step::Step<I, O>,
-        messages: Vec<Item>,
-    ) -> Result<O> {
-        if messages.is_empty() {
-            return Err(Error::InvalidArgument {
-                argument: "messages",
-                message: "a turn needs at least one message".to_owned(),
-            });
-        }
-        step.validate()?;
-        for item in &messages {
-            self.append_item(item.clone());
-        }
-        let input = Value::String(crate::session::turn_text(&messages));
-        let origin = crate::step::Origin::Turn(messages.into());
-        let output = crate::exec::run(self, &step.node, input, origin).await?;
         crate::step::decode(step.id(), "output", output)
     }
 

@@ -78,6 +78,16 @@ fn marks_key(thread_id: &str) -> String {
     format!("thread/{thread_id}/engine-events")
 }
 
+/// How a write starts, given the writes done before it.
+enum Lead {
+    /// It is not written.
+    Skip,
+    /// Its events as they are.
+    Plain,
+    /// This event, then its events.
+    After(StreamEvent),
+}
+
 /// The engine's side of a thread record: the last turns recorded, beside the session fields.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct EngineFields {
@@ -139,8 +149,9 @@ impl ThreadRecorder {
     }
 
     /// Appends `events` of turn `turn_id` to the thread's event log, written after its step
-    /// `step`: once per turn and step (a replay's write of the same step is a no-op; no events,
-    /// no write). Followers are woken where the store can tell.
+    /// `step`: once per turn and step (a replay's write of the same step is a no-op, as it is
+    /// when parts of the step were written while it ran, [`ThreadRecorder::append_part`]; no
+    /// events, no write). Followers are woken where the store can tell.
     ///
     /// # Errors
     /// Storage errors (nothing is written then).
@@ -150,6 +161,71 @@ impl ThreadRecorder {
         turn_id: &str,
         step: &str,
         events: &[StreamEvent],
+    ) -> Result<()> {
+        // The attempt that ran the step wrote all of its events in parts as it ran: a replay's
+        // events of it (its lifecycle again) are not written a second time.
+        let parts = format!("{step}~");
+        self.append(thread_id, turn_id, step.to_owned(), events, |written| {
+            if written.iter().any(|name| name.starts_with(&parts)) {
+                Lead::Skip
+            } else {
+                Lead::Plain
+            }
+        })
+        .await
+    }
+
+    /// Appends events of step `step` written by the turn's attempt `attempt` (any id unique to
+    /// the attempt) that runs the step: part `Some(n)` while it runs, so followers see a round's
+    /// text as it streams rather than when it is journaled, or `None`, the step's own write once
+    /// journaled (the events after its last part, named `step` as [`ThreadRecorder::append_events`]
+    /// names it, so a replay's write is a no-op after it). Each once per turn, step, attempt and
+    /// part. When this is the attempt's first write of the step and another attempt wrote parts of
+    /// it before (it ran the step and ended before the step was journaled), `restarted` comes
+    /// first, so followers drop the earlier attempt's partial output.
+    ///
+    /// # Errors
+    /// Storage errors (nothing is written then).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn append_part(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        step: &str,
+        attempt: &str,
+        part: Option<usize>,
+        events: &[StreamEvent],
+        restarted: StreamEvent,
+    ) -> Result<()> {
+        let name = match part {
+            Some(part) => format!("{step}~{attempt}~{part}"),
+            None => step.to_owned(),
+        };
+        let parts = format!("{step}~");
+        let ours = format!("{step}~{attempt}~");
+        self.append(thread_id, turn_id, name, events, |written| {
+            let first = !written.iter().any(|name| name.starts_with(&ours));
+            let earlier = written
+                .iter()
+                .any(|name| name.starts_with(&parts) && !name.starts_with(&ours));
+            if first && earlier {
+                Lead::After(restarted)
+            } else {
+                Lead::Plain
+            }
+        })
+        .await
+    }
+
+    /// Appends `events` as the write `name` of turn `turn_id` unless it was written, led as `lead`
+    /// says from the names written so far.
+    async fn append(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        name: String,
+        events: &[StreamEvent],
+        lead: impl FnOnce(&[String]) -> Lead,
     ) -> Result<()> {
         // Nothing to write (a replay of the step has nothing more: it emits what its first run
         // did, less a round's deltas).
@@ -167,13 +243,19 @@ impl ThreadRecorder {
                 steps: Vec::new(),
             };
         }
-        if marks.steps.iter().any(|written| written == step) {
+        if marks.steps.contains(&name) {
             return Ok(());
         }
-        marks.steps.push(step.to_owned());
+        let mut entries: Vec<Vec<u8>> = Vec::with_capacity(events.len() + 1);
+        match lead(&marks.steps) {
+            Lead::Skip => return Ok(()),
+            Lead::Plain => {}
+            Lead::After(event) => entries.push(encode(&event)),
+        }
+        entries.extend(events.iter().map(encode));
+        marks.steps.push(name);
         let log = events_log(thread_id);
         let first = self.store.next_seq(&log).await?;
-        let entries: Vec<Vec<u8>> = events.iter().map(encode).collect();
         let end = first + entries.len() as u64;
         let mut commit = Commit::new()
             .put(key, to_bytes(&marks)?)

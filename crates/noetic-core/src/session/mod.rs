@@ -49,14 +49,3 @@ pub(crate) use sessions::Sessions;
 pub(crate) use streams::{item_snapshots, text_chunks};
 
 pub use crate::id::DEFAULT_THREAD;
-
-/// A turn's root input: the text of its messages, blank-line separated (messages without text, an
-/// image alone say, add none).
-pub(crate) fn turn_text(messages: &[crate::Item]) -> String {
-    messages
-        .iter()
-        .filter_map(crate::Item::text)
-        .filter(|text| !text.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n")
-}

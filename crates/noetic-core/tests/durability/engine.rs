@@ -617,3 +617,132 @@ async fn run_turn_appends_a_turn_s_coalesced_messages_once_as_a_session_turn_doe
     assert_eq!(error.code(), "INVALID_ARGUMENT");
     assert!(error.to_string().contains("messages"), "{error}");
 }
+
+#[tokio::test]
+async fn a_running_step_s_parts_are_written_once_and_a_later_attempt_s_first_restarts_the_round() {
+    use noetic_core::adapter::durable::DurableStore as _;
+    use noetic_core::session::ThreadRecorder;
+    use noetic_core::{FrameworkEvent, KvDurableStore, ResponseEvent, StreamEvent};
+
+    let store = Arc::new(KvDurableStore::in_memory());
+    let recorder = ThreadRecorder::new(store.clone());
+    let delta = |text: &str| {
+        StreamEvent::Sdk(ResponseEvent::OutputTextDelta {
+            output_index: 0,
+            content_index: 0,
+            delta: text.to_owned(),
+        })
+    };
+    let restarted = StreamEvent::Framework(FrameworkEvent::RoundRestarted {
+        turn_id: "turn-1".to_owned(),
+        message_ids: vec!["m-1".to_owned()],
+    });
+    let part = |attempt: &'static str, part: usize, text: &'static str| {
+        let (recorder, restarted) = (recorder.clone(), restarted.clone());
+        async move {
+            recorder
+                .append_part(
+                    "t",
+                    "turn-1",
+                    "1:round:chat:0",
+                    attempt,
+                    Some(part),
+                    &[delta(text)],
+                    restarted,
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // The first attempt streams two parts (the second written twice: once), then dies.
+    part("a", 0, "Hel").await;
+    part("a", 1, "lo").await;
+    part("a", 1, "lo").await;
+    // The next attempt runs the round again: its first part comes after `round_restarted`.
+    part("b", 0, "Hello").await;
+    part("b", 1, " again").await;
+    // Its step's own write once journaled: the events after its last part; a replay's write of
+    // the step after it is a no-op.
+    recorder
+        .append_part(
+            "t",
+            "turn-1",
+            "1:round:chat:0",
+            "b",
+            None,
+            &[delta("!")],
+            restarted.clone(),
+        )
+        .await
+        .unwrap();
+    recorder
+        .append_events("t", "turn-1", "1:round:chat:0", &[delta("?")])
+        .await
+        .unwrap();
+    // An attempt that ran a round within one part's time writes it whole with the step: after
+    // `round_restarted` too when an earlier attempt wrote parts of it.
+    recorder
+        .append_part(
+            "t",
+            "turn-1",
+            "2:round:chat:1",
+            "c",
+            Some(0),
+            &[delta("Par")],
+            restarted.clone(),
+        )
+        .await
+        .unwrap();
+    recorder
+        .append_part(
+            "t",
+            "turn-1",
+            "2:round:chat:1",
+            "d",
+            None,
+            &[delta("Whole")],
+            restarted.clone(),
+        )
+        .await
+        .unwrap();
+    // A step whose running attempt wrote it in parts and was journaled: a replay's write of it
+    // (its lifecycle again) is not written.
+    recorder
+        .append_part(
+            "t",
+            "turn-1",
+            "3:round:chat:2",
+            "e",
+            Some(0),
+            &[delta("Done")],
+            restarted.clone(),
+        )
+        .await
+        .unwrap();
+    recorder
+        .append_events("t", "turn-1", "3:round:chat:2", &[delta("again?")])
+        .await
+        .unwrap();
+    let log: Vec<String> = store
+        .read_log("thread/t/events", 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| String::from_utf8(entry.value).unwrap())
+        .collect();
+    assert_eq!(log.len(), 10, "{log:#?}");
+    assert!(log[2].contains("round_restarted"), "{log:#?}");
+    assert!(log[7].contains("round_restarted"), "{log:#?}");
+    for (at, text) in [
+        (0, "Hel"),
+        (1, "lo"),
+        (3, "Hello"),
+        (4, " again"),
+        (5, "!"),
+        (6, "Par"),
+        (8, "Whole"),
+        (9, "Done"),
+    ] {
+        assert!(log[at].contains(&format!("\"{text}\"")), "{at}: {log:#?}");
+    }
+}

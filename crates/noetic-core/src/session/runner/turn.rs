@@ -103,7 +103,7 @@ async fn run_turn(session: &Arc<Session>, runtime: &Arc<Runtime>, graph: &Arc<St
     // The graph's root input: the text of the turn's messages, which are already in the log. Marked
     // as the turn's messages, it is not appended again, and a spawn handed it starts its child with
     // the messages themselves (roles and parts as sent).
-    let text = crate::session::turn_text(&inputs);
+    let text = crate::context::turn_text(&inputs);
 
     // The one run protocol (`exec`), then the turn's end closes its context (its layers complete,
     // children first); nothing was initialized when the protocol failed before running.
