@@ -108,6 +108,27 @@ async fn deploy_host(server: RestateServer, host: RestateHost) -> Deployed {
     }
 }
 
+/// A SQLite store in a temporary directory (kept while the directory lives).
+async fn sqlite_store() -> (tempfile::TempDir, noetic_storage_sqlite::SqliteStorage) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+/// A harness on `store`, as `noetic serve` runs: it reads the threads and follows their event
+/// logs, and runs no turn of its own.
+fn reader(store: &noetic_storage_sqlite::SqliteStorage) -> AgentHarness {
+    AgentHarness::builder("reader")
+        .provider("scripted", ScriptedModel::new())
+        .agent_graph(call_model("chat").model("scripted-model"))
+        .durable(store.clone())
+        .shared_threads()
+        .build()
+        .unwrap()
+}
+
 fn texts(items: &[Item]) -> Vec<String> {
     items
         .iter()
@@ -174,10 +195,7 @@ async fn a_restate_server_killed_mid_round_replays_the_recorded_round_and_call_a
     // Round 2's first request never ends: the server dies while it streams.
     let model = react_model(Some(1), Some(stalled_tx));
     // The threads' record in a SQLite store: complete after the crash, each event in it once.
-    let dir = tempfile::tempdir().unwrap();
-    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
-        .await
-        .unwrap();
+    let (_dir, store) = sqlite_store().await;
     let host = RestateHost::new(harness(&model, &runs)).store(Arc::new(store.clone()));
     let mut deployed = deploy_host(server, host).await;
     let turn = deployed
@@ -677,24 +695,13 @@ async fn one_turn(
 async fn with_a_store_the_thread_s_history_last_turn_and_events_are_there_for_a_harness_on_it() {
     use noetic_core::adapter::durable::DurableStore as _;
     let server = restate_or_skip!();
-    let dir = tempfile::tempdir().unwrap();
-    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
-        .await
-        .unwrap();
+    let (_dir, store) = sqlite_store().await;
     let runs = Arc::new(AtomicUsize::new(0));
     let model = react_model(None, None);
     let host = RestateHost::new(harness(&model, &runs)).store(Arc::new(store.clone()));
     let deployed = deploy_host(server, host).await;
     let client = &deployed.client;
-    // A harness on the same store, as `noetic serve` runs: it reads the threads and follows their
-    // event logs, and runs no turn of its own.
-    let reader = AgentHarness::builder("reader")
-        .provider("scripted", ScriptedModel::new())
-        .agent_graph(call_model("chat").model("scripted-model"))
-        .durable(store.clone())
-        .shared_threads()
-        .build()
-        .unwrap();
+    let reader = reader(&store);
 
     let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
     let output = client
@@ -767,10 +774,7 @@ async fn with_a_store_the_thread_s_history_last_turn_and_events_are_there_for_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_the_graph_runs_twice_has_both_runs_events_in_the_store() {
     let server = restate_or_skip!();
-    let dir = tempfile::tempdir().unwrap();
-    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
-        .await
-        .unwrap();
+    let (_dir, store) = sqlite_store().await;
     let model = ScriptedModel::responding(|_: &RecordedRequest| ScriptedResponse::text("again"));
     // The same `call_model` step twice: its rounds have the same names both times.
     let harness = AgentHarness::builder("restate")
@@ -808,22 +812,13 @@ async fn a_step_the_graph_runs_twice_has_both_runs_events_in_the_store() {
 async fn with_a_store_followers_see_a_round_s_text_as_it_streams_not_once_it_is_journaled() {
     use futures_util::StreamExt as _;
     let server = restate_or_skip!();
-    let dir = tempfile::tempdir().unwrap();
-    let store = noetic_storage_sqlite::SqliteStorage::open(dir.path().join("threads.db"))
-        .await
-        .unwrap();
+    let (_dir, store) = sqlite_store().await;
     let runs = Arc::new(AtomicUsize::new(0));
     let model = noetic_test_support::PacedModel::new();
     let host = RestateHost::new(harness_with(model.clone(), echo_tool(runs.clone())))
         .store(Arc::new(store.clone()));
     let deployed = deploy_host(server, host).await;
-    let reader = AgentHarness::builder("reader")
-        .provider("scripted", ScriptedModel::new())
-        .agent_graph(call_model("chat").model("scripted-model"))
-        .durable(store.clone())
-        .shared_threads()
-        .build()
-        .unwrap();
+    let reader = reader(&store);
     let mut events = reader.sequenced_events(
         noetic_core::Scope::thread("t1"),
         noetic_core::Replay::Retained,

@@ -637,92 +637,55 @@ async fn a_running_step_s_parts_are_written_once_and_a_later_attempt_s_first_res
         turn_id: "turn-1".to_owned(),
         message_ids: vec!["m-1".to_owned()],
     });
-    let part = |attempt: &'static str, part: usize, text: &'static str| {
-        let (recorder, restarted) = (recorder.clone(), restarted.clone());
+    // A write of `step` by `attempt`: part `Some(n)` while it runs, `None` its own once journaled.
+    let write =
+        |step: &'static str, attempt: &'static str, part: Option<usize>, text: &'static str| {
+            let (recorder, restarted) = (recorder.clone(), restarted.clone());
+            async move {
+                recorder
+                    .append_part(
+                        "t",
+                        "turn-1",
+                        step,
+                        attempt,
+                        part,
+                        &[delta(text)],
+                        restarted,
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+    // A replay's write of `step`.
+    let replayed = |step: &'static str, text: &'static str| {
+        let recorder = recorder.clone();
         async move {
             recorder
-                .append_part(
-                    "t",
-                    "turn-1",
-                    "1:round:chat:0",
-                    attempt,
-                    Some(part),
-                    &[delta(text)],
-                    restarted,
-                )
+                .append_events("t", "turn-1", step, &[delta(text)])
                 .await
                 .unwrap();
         }
     };
+    let (first, second, third) = ("1:round:chat:0", "2:round:chat:1", "3:round:chat:2");
     // The first attempt streams two parts (the second written twice: once), then dies.
-    part("a", 0, "Hel").await;
-    part("a", 1, "lo").await;
-    part("a", 1, "lo").await;
+    write(first, "a", Some(0), "Hel").await;
+    write(first, "a", Some(1), "lo").await;
+    write(first, "a", Some(1), "lo").await;
     // The next attempt runs the round again: its first part comes after `round_restarted`.
-    part("b", 0, "Hello").await;
-    part("b", 1, " again").await;
+    write(first, "b", Some(0), "Hello").await;
+    write(first, "b", Some(1), " again").await;
     // Its step's own write once journaled: the events after its last part; a replay's write of
     // the step after it is a no-op.
-    recorder
-        .append_part(
-            "t",
-            "turn-1",
-            "1:round:chat:0",
-            "b",
-            None,
-            &[delta("!")],
-            restarted.clone(),
-        )
-        .await
-        .unwrap();
-    recorder
-        .append_events("t", "turn-1", "1:round:chat:0", &[delta("?")])
-        .await
-        .unwrap();
+    write(first, "b", None, "!").await;
+    replayed(first, "?").await;
     // An attempt that ran a round within one part's time writes it whole with the step: after
     // `round_restarted` too when an earlier attempt wrote parts of it.
-    recorder
-        .append_part(
-            "t",
-            "turn-1",
-            "2:round:chat:1",
-            "c",
-            Some(0),
-            &[delta("Par")],
-            restarted.clone(),
-        )
-        .await
-        .unwrap();
-    recorder
-        .append_part(
-            "t",
-            "turn-1",
-            "2:round:chat:1",
-            "d",
-            None,
-            &[delta("Whole")],
-            restarted.clone(),
-        )
-        .await
-        .unwrap();
+    write(second, "c", Some(0), "Par").await;
+    write(second, "d", None, "Whole").await;
     // A step whose running attempt wrote it in parts and was journaled: a replay's write of it
     // (its lifecycle again) is not written.
-    recorder
-        .append_part(
-            "t",
-            "turn-1",
-            "3:round:chat:2",
-            "e",
-            Some(0),
-            &[delta("Done")],
-            restarted.clone(),
-        )
-        .await
-        .unwrap();
-    recorder
-        .append_events("t", "turn-1", "3:round:chat:2", &[delta("again?")])
-        .await
-        .unwrap();
+    write(third, "e", Some(0), "Done").await;
+    replayed(third, "again?").await;
     let log: Vec<String> = store
         .read_log("thread/t/events", 0)
         .await
