@@ -140,11 +140,17 @@ impl State<'_, '_> {
             .map(|(_, turn)| turn))
     }
 
-    async fn remember(&self, message_id: &str, turn: &str) -> HandlerResult<()> {
+    /// Keeps `message_ids` as taken by `turn` (one read and one write of the list, whatever
+    /// their number).
+    async fn remember(&self, message_ids: &[&str], turn: &str) -> HandlerResult<()> {
         let mut seen: Vec<(String, String)> = self.list(SEEN_KEY).await?;
         // A steer the running turn did not take moves to the next turn.
-        seen.retain(|(id, _)| id != message_id);
-        seen.push((message_id.to_owned(), turn.to_owned()));
+        seen.retain(|(id, _)| !message_ids.contains(&id.as_str()));
+        seen.extend(
+            message_ids
+                .iter()
+                .map(|id| ((*id).to_owned(), turn.to_owned())),
+        );
         let excess = seen.len().saturating_sub(SEEN);
         seen.drain(..excess);
         self.ctx.set(SEEN_KEY, Json(seen));
@@ -175,11 +181,13 @@ impl State<'_, '_> {
                 next
             }
         };
+        let ids: Vec<&str> = messages
+            .iter()
+            .map(|message| message.message_id.as_str())
+            .collect();
+        self.remember(&ids, &next).await?;
         let mut batch: Vec<MessageInput> = self.list(MESSAGES).await?;
-        for message in messages {
-            self.remember(&message.message_id, &next).await?;
-            batch.push(message);
-        }
+        batch.extend(messages);
         self.ctx.set(MESSAGES, Json(batch));
         Ok(next)
     }
@@ -227,7 +235,7 @@ impl NoeticInbox {
             }));
         }
         if let Some(running) = running {
-            state.remember(&steer.message_id, &running).await?;
+            state.remember(&[&steer.message_id], &running).await?;
             let mut queued: Vec<MessageInput> = state.list(QUEUED).await?;
             queued.push(steer);
             ctx.set(QUEUED, Json(queued));

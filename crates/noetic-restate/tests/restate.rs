@@ -129,6 +129,27 @@ fn reader(store: &noetic_storage_sqlite::SqliteStorage) -> AgentHarness {
         .unwrap()
 }
 
+/// Deploys a harness on a paced model (its rounds answered by the test) offering `echo`, whose
+/// runs are counted.
+async fn deploy_paced(
+    server: RestateServer,
+) -> (Deployed, noetic_test_support::PacedModel, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = noetic_test_support::PacedModel::new();
+    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
+    (deployed, model, runs)
+}
+
+/// The model's next round, asked within `WAIT` (`what` names it when it is not).
+async fn asked(
+    model: &noetic_test_support::PacedModel,
+    what: &str,
+) -> noetic_test_support::PacedCall {
+    tokio::time::timeout(WAIT, model.next_call())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no round asked within {WAIT:?}"))
+}
+
 fn texts(items: &[Item]) -> Vec<String> {
     items
         .iter()
@@ -300,21 +321,14 @@ async fn in_always_replay_mode_every_step_is_replayed_and_nothing_runs_twice() {
 async fn a_thread_s_turns_run_one_at_a_time_its_messages_sent_meanwhile_coalesced_and_threads_side_by_side()
  {
     let server = restate_or_skip!();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let model = noetic_test_support::PacedModel::new();
-    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
+    let (deployed, model, _) = deploy_paced(server).await;
     let client = &deployed.client;
-    let asked = async || {
-        tokio::time::timeout(WAIT, model.next_call())
-            .await
-            .expect("a round asked")
-    };
     let a1 = client.execute("a", "one", "a-1").await.unwrap();
-    let round_a1 = asked().await;
+    let round_a1 = asked(&model, "a's first turn").await;
     assert_eq!(round_a1.request.user_texts(), ["one"]);
     // Another thread's turn runs beside it.
     let b1 = client.execute("b", "three", "b-1").await.unwrap();
-    let round_b1 = asked().await;
+    let round_b1 = asked(&model, "b's turn, beside a's").await;
     assert_eq!(round_b1.request.user_texts(), ["three"]);
     // Sent while a's turn runs: both wait for a's next turn, one turn, in the order sent.
     let a2 = client.execute("a", "two", "a-2").await.unwrap();
@@ -344,7 +358,7 @@ async fn a_thread_s_turns_run_one_at_a_time_its_messages_sent_meanwhile_coalesce
     drop(round_a1);
     assert_eq!(client.output(&b1, WAIT).await.unwrap().text, "b done");
     assert_eq!(client.output(&a1, WAIT).await.unwrap().text, "a first");
-    let round_a2 = asked().await;
+    let round_a2 = asked(&model, "a's next turn").await;
     assert_eq!(
         round_a2.request.user_texts(),
         ["one", "two", "four"],
@@ -372,14 +386,10 @@ async fn a_thread_s_turns_run_one_at_a_time_its_messages_sent_meanwhile_coalesce
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
     let server = restate_or_skip!();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let model = noetic_test_support::PacedModel::new();
-    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
+    let (deployed, model, runs) = deploy_paced(server).await;
     let client = &deployed.client;
     let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("round 1 asked");
+    let round = asked(&model, "round 1 asked").await;
     // A message sent now waits for the next turn; aborting that turn before it begins drops it
     // with its message.
     let queued = client.execute("t1", "then this", "m-q").await.unwrap();
@@ -422,9 +432,7 @@ async fn an_abort_cuts_the_round_in_flight_at_once_and_nothing_after_it_runs() {
     );
     // The thread goes on: its next turn runs.
     let next = client.execute("t1", "again", "m-2").await.unwrap();
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("the next turn asked");
+    let round = asked(&model, "the next turn asked").await;
     round.send_all(ScriptedResponse::text("done").into_events());
     drop(round);
     assert_eq!(client.output(&next, WAIT).await.unwrap().text, "done");
@@ -562,14 +570,10 @@ async fn status_until(
 async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_round_is_the_next_turn()
  {
     let server = restate_or_skip!();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let model = noetic_test_support::PacedModel::new();
-    let deployed = deploy(server, harness_with(model.clone(), echo_tool(runs.clone()))).await;
+    let (deployed, model, runs) = deploy_paced(server).await;
     let client = &deployed.client;
     let turn = client.execute("t1", "echo it", "m-1").await.unwrap();
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("round 1 asked");
+    let round = asked(&model, "round 1 asked").await;
     // Sent while round 1 streams: it waits in the inbox (a round is never cut under Restate).
     let steered = client.steer("t1", "say hello too", "s-1").await.unwrap();
     assert_eq!(steered, SteerOutcome::Queued);
@@ -581,9 +585,7 @@ async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_ro
         ScriptedResponse::tool_call("call_1", "echo", json!({"text": "journaled"})).into_events(),
     );
     drop(round);
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("round 2 asked");
+    let round = asked(&model, "round 2 asked").await;
     assert_eq!(
         round.request.user_texts(),
         ["echo it", "say hello too"],
@@ -599,9 +601,7 @@ async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_ro
         .await
         .unwrap_or_else(|error| panic!("{error}\n{}", deployed.server.log_tail()));
     assert_eq!(output.text, "hello; the tool said journaled");
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("the late steer's turn asked");
+    let round = asked(&model, "the late steer's turn asked").await;
     assert_eq!(round.request.user_texts().last().unwrap(), "and goodbye");
     round.send_all(ScriptedResponse::text("goodbye").into_events());
     drop(round);
@@ -630,9 +630,7 @@ async fn a_steer_joins_the_running_turn_between_rounds_and_one_after_its_last_ro
     else {
         panic!("no turn of t2 runs")
     };
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("the idle steer's turn asked");
+    let round = asked(&model, "the idle steer's turn asked").await;
     assert_eq!(round.request.user_texts(), ["hi"]);
     round.send_all(ScriptedResponse::text("hello").into_events());
     drop(round);
@@ -824,9 +822,7 @@ async fn with_a_store_followers_see_a_round_s_text_as_it_streams_not_once_it_is_
         noetic_core::Replay::Retained,
     );
     let turn = deployed.client.execute("t1", "greet", "m-1").await.unwrap();
-    let round = tokio::time::timeout(WAIT, model.next_call())
-        .await
-        .expect("round 1 asked");
+    let round = asked(&model, "round 1 asked").await;
     let mut answer = ScriptedResponse::text("Hello there").into_events();
     let last = answer.pop().expect("a terminal event");
     // Everything but the terminal event: the round is still streaming, nothing is journaled.

@@ -116,6 +116,19 @@ impl StepJournal for Recorded {
     }
 }
 
+/// What the support agent's turn journals, in order: two tool rounds, their calls and the steer
+/// points before each request of `gather` but its first, then its answer and `answer`'s round.
+const REACT_STEPS: [&str; 8] = [
+    "round:gather:0",
+    "tool:call_a",
+    "steers:gather:1",
+    "round:gather:1",
+    "tool:call_b",
+    "steers:gather:2",
+    "round:gather:2",
+    "round:answer:0",
+];
+
 fn harness(model: &noetic_test_support::ScriptedModel, counts: &Arc<Counts>) -> AgentHarness {
     AgentHarness::builder("engine")
         .provider("scripted", model.clone())
@@ -141,19 +154,7 @@ async fn a_journaled_run_records_every_round_and_call_and_a_replay_pays_and_runs
         .await
         .unwrap();
     assert_eq!(output, "the answer is three");
-    assert_eq!(
-        journal.names(),
-        [
-            "round:gather:0",
-            "tool:call_a",
-            "steers:gather:1",
-            "round:gather:1",
-            "tool:call_b",
-            "steers:gather:2",
-            "round:gather:2",
-            "round:answer:0"
-        ]
-    );
+    assert_eq!(journal.names(), REACT_STEPS);
     assert_eq!(first_model.request_count(), 4);
 
     // The engine replays the whole invocation (say, the handler's process was replaced after the
@@ -337,16 +338,7 @@ async fn steers_the_journal_hands_over_join_the_next_round_and_a_replay_applies_
     ctx.close().await;
     assert_eq!(
         journal.names(),
-        [
-            "round:gather:0",
-            "tool:call_a",
-            "steers:gather:1",
-            "round:gather:1",
-            "tool:call_b",
-            "steers:gather:2",
-            "round:gather:2",
-            "round:answer:0"
-        ],
+        REACT_STEPS,
         "steers are taken before each request but a step's first"
     );
     let requests = first_model.requests();

@@ -36,7 +36,7 @@ use crate::context::{Applied, Context};
 use crate::engine::{StepJournal, journaled};
 use crate::event::FrameworkEvent;
 use crate::id::DEFAULT_THREAD;
-use crate::item::FunctionCallItem;
+use crate::item::{FunctionCallItem, Item};
 use crate::steer::SteerPoint;
 use crate::{Error, Result};
 
@@ -346,24 +346,7 @@ async fn run_with_approvals(
                 // Cancelled while waiting (or the request was replaced): this call and the other
                 // waiting ones get an output, so the history stays valid; then the cancel goes on.
                 _ => {
-                    items.push(record(
-                        ctx,
-                        call,
-                        CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                        emit,
-                    ));
-                    let mut answered = vec![call];
-                    for (later, wait) in waits.iter_mut().enumerate() {
-                        if wait.take().is_some() {
-                            items.push(record(
-                                ctx,
-                                &calls[later],
-                                CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                                emit,
-                            ));
-                            answered.push(&calls[later]);
-                        }
-                    }
+                    let answered = answer_waiting(call, calls, &mut waits, ctx, emit, &mut items);
                     if durable {
                         for call in answered {
                             approvals
@@ -435,22 +418,7 @@ async fn run_with_engine_approvals(
                     // Cancelled while waiting: this call and the other waiting ones get an output,
                     // so the history stays valid; then the cancel goes on.
                     None => {
-                        items.push(record(
-                            ctx,
-                            call,
-                            CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                            emit,
-                        ));
-                        for (later, ask) in asks.iter_mut().enumerate() {
-                            if ask.take().is_some() {
-                                items.push(record(
-                                    ctx,
-                                    &calls[later],
-                                    CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned()),
-                                    emit,
-                                ));
-                            }
-                        }
+                        answer_waiting(call, calls, &mut asks, ctx, emit, &mut items);
                         ctx.check_aborted()?;
                         return Ok(CallsOutcome {
                             outputs: items,
@@ -466,4 +434,28 @@ async fn run_with_engine_approvals(
         outputs: items,
         steered: None,
     })
+}
+
+/// A round's gated calls cut short while `call` waited for its decision: it and every call still
+/// waiting (`waiting[i]` set) get an output, so the history stays valid. Returns the calls
+/// answered so.
+fn answer_waiting<'c, T>(
+    call: &'c FunctionCallItem,
+    calls: &'c [FunctionCallItem],
+    waiting: &mut [Option<T>],
+    ctx: &Context,
+    emit: &EmitPolicy,
+    items: &mut Vec<Item>,
+) -> Vec<&'c FunctionCallItem> {
+    let mut answered = vec![call];
+    let later = waiting
+        .iter_mut()
+        .zip(calls)
+        .filter_map(|(wait, call)| wait.take().map(|_| call));
+    answered.extend(later);
+    for call in &answered {
+        let outcome = CallOutcome::not_run(ABORTED_AWAITING_APPROVAL.to_owned());
+        items.push(record(ctx, call, outcome, emit));
+    }
+    answered
 }
